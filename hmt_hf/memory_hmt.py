@@ -1,0 +1,270 @@
+"""The memory hierarchy of HMT (arXiv 2405.06067, §3): the pieces of Eq. 1-5 and the state carried between calls.
+
+Shipped beside the weights of every saved HMT checkpoint (``trust_remote_code``): imports only torch.
+
+Shapes: `B` batch, `d` embedding width (the width the LM head reads), `d_h` memory-search width, `c` cached
+memory embeddings (at most `N`), `t` recent tokens kept for sensory memory / causal queries.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import torch
+from torch import nn
+
+
+def pack_right(embeds: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Move the valid positions of each row to its front, keeping their order.
+
+    Every backbone pass of HMT is built from pieces with their own padding (memory slot, sensory tokens, segment
+    tokens, memory slot). Packing them turns any such mix into plain right padding, which every causal backbone
+    handles exactly like the unpadded sequence: positions restart at 0 and no valid position sees a pad.
+
+    Args:
+        embeds: `(B, n, d)`.
+        mask: `(B, n)` bool, True where the position is real.
+    Returns:
+        packed `(B, m, d)` with `m = max(mask.sum(1))`, its mask `(B, m)`, and the row lengths `(B,)`.
+    """
+    lengths = mask.sum(1)
+    width = int(lengths.max()) if mask.numel() else 0
+    order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)[:, :width]
+    packed = embeds.gather(1, order.unsqueeze(-1).expand(-1, -1, embeds.shape[-1]))
+    return packed, mask.gather(1, order), lengths
+
+
+def run_backbone(backbone: nn.Module, embeds: torch.Tensor, mask: torch.Tensor, with_logits: bool):
+    """One right-padded backbone pass. Returns `(logits or None, final hidden states (B, m, d))`.
+
+    The final hidden state is the vector the LM head reads (after the final norm, after OPT's `project_out`).
+    An all-valid mask is passed as `None` so the pass is the backbone's plain causal pass, bit for bit.
+    """
+    attention_mask = None if bool(mask.all()) else mask.long()
+    if with_logits:
+        out = backbone(inputs_embeds=embeds, attention_mask=attention_mask, use_cache=False, output_hidden_states=True)
+        return out.logits, out.hidden_states[-1]
+    out = backbone.base_model(inputs_embeds=embeds, attention_mask=attention_mask, use_cache=False)
+    return None, out.last_hidden_state
+
+
+class RepresentationEncoder(nn.Module):
+    """Eq. 1: `S_n = BBM([T ‖ X ‖ T])` read at the trailing `T`, with `T` the learned summary prompt.
+
+    `X` is the first `j` tokens of the segment (``retrieval_mode="paper"``) or the `j` tokens before it
+    (``"causal"``); the caller chooses. Rows of many segments are encoded in one backbone pass.
+    """
+
+    def __init__(self, hidden_dim: int):
+        super().__init__()
+        self.summary_prompt = nn.Parameter(torch.zeros(hidden_dim))
+
+    def forward(self, backbone: nn.Module, token_embeds: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
+        """`token_embeds` `(R, n, d)` with `token_mask` `(R, n)` → segment representations `S` `(R, d)`."""
+        rows = token_embeds.shape[0]
+        prompt = self.summary_prompt.to(token_embeds.dtype).expand(rows, 1, -1)
+        ones = token_mask.new_ones(rows, 1)
+        packed, packed_mask, lengths = pack_right(
+            torch.cat([prompt, token_embeds, prompt], 1), torch.cat([ones, token_mask, ones], 1)
+        )
+        _, hidden = run_backbone(backbone, packed, packed_mask, with_logits=False)
+        return hidden[torch.arange(rows, device=hidden.device), lengths - 1]
+
+
+class MemorySearch(nn.Module):
+    """Eq. 2-3: cross-attention of a segment representation over the cached memory embeddings.
+
+    `Q = S W_q`, `K = M W_k`, `P = softmax(Q Kᵀ / √d_h) M` (no value or output projection). A sequence whose cache
+    is empty reads the learned `initial_memory` instead.
+    """
+
+    def __init__(self, hidden_dim: int, search_dim: int):
+        super().__init__()
+        self.search_dim = search_dim
+        self.query_proj = nn.Linear(hidden_dim, search_dim, bias=False)
+        self.key_proj = nn.Linear(hidden_dim, search_dim, bias=False)
+        self.initial_memory = nn.Parameter(torch.zeros(hidden_dim))
+
+    def forward(
+        self, representation: torch.Tensor, memories: torch.Tensor, memory_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`representation` `(B, d)`, `memories` `(B, c, d)`, `memory_mask` `(B, c)` →
+        retrieved memory `P` `(B, d)` and retrieval weights `(B, c)` (zero on empty slots)."""
+        batch = representation.shape[0]
+        initial = self.initial_memory.to(representation.dtype).expand(batch, -1)
+        if memories.shape[1] == 0:
+            return initial, memory_mask.to(representation.dtype)
+        query = self.query_proj(representation)
+        keys = self.key_proj(memories)
+        scores = torch.einsum("bh,bch->bc", query.float(), keys.float()) / math.sqrt(self.search_dim)
+        # A finite fill keeps rows with an empty cache NaN-free; their result is replaced below.
+        scores = scores.masked_fill(~memory_mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores, dim=-1) * memory_mask
+        retrieved = torch.einsum("bc,bcd->bd", weights.to(memories.dtype), memories)
+        has_memory = memory_mask.any(1, keepdim=True)
+        return torch.where(has_memory, retrieved, initial), weights
+
+
+class SensoryMemory(nn.Module):
+    """The last `k` token embeddings before a segment (the paper's `H_{n-1}[L-k, L)`), prepended to it."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def forward(self, state: HMTMemoryState) -> tuple[torch.Tensor, torch.Tensor]:
+        """→ sensory embeddings `(B, k', d)` and mask `(B, k')`, right-aligned, `k' = min(k, t)`."""
+        if self.size == 0:
+            return state.recent_embeds[:, :0], state.recent_mask[:, :0]
+        return state.recent_embeds[:, -self.size :], state.recent_mask[:, -self.size :]
+
+
+class MemoryEmbeddingGenerator(nn.Module):
+    """Eq. 4-5: decode `[P ‖ sensory ‖ H_n ‖ P]`; the segment positions give the logits and the final hidden state
+    at the trailing `P` is the new memory embedding `M_n`."""
+
+    def forward(
+        self,
+        backbone: nn.Module,
+        retrieved: torch.Tensor,
+        sensory_embeds: torch.Tensor,
+        sensory_mask: torch.Tensor,
+        segment_embeds: torch.Tensor,
+        segment_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`retrieved` `(B, d)`, sensory `(B, k', d)`/`(B, k')`, segment `(B, L', d)`/`(B, L')` (valid prefix) →
+        segment logits `(B, L', V)` and memory embeddings `M_n` `(B, d)`."""
+        rows, seg_len = segment_mask.shape
+        memory_slot = retrieved.unsqueeze(1)
+        ones = segment_mask.new_ones(rows, 1)
+        packed, packed_mask, lengths = pack_right(
+            torch.cat([memory_slot, sensory_embeds, segment_embeds, memory_slot], 1),
+            torch.cat([ones, sensory_mask, segment_mask, ones], 1),
+        )
+        logits, hidden = run_backbone(backbone, packed, packed_mask, with_logits=True)
+        row_index = torch.arange(rows, device=hidden.device)
+        new_memory = hidden[row_index, lengths - 1]
+        first_token = 1 + sensory_mask.sum(1, keepdim=True)
+        token_index = (first_token + torch.arange(seg_len, device=hidden.device)).clamp(max=packed.shape[1] - 1)
+        return logits[row_index.unsqueeze(1), token_index], new_memory
+
+
+def decode_plain_segment(backbone: nn.Module, segment_embeds: torch.Tensor, segment_mask: torch.Tensor):
+    """The memory-free pass (`use_memory=False`, the chunked-backbone ablation): segment logits `(B, L', V)`."""
+    packed, packed_mask, _ = pack_right(segment_embeds, segment_mask)
+    logits, _ = run_backbone(backbone, packed, packed_mask, with_logits=True)
+    return logits
+
+
+class HMTMemory(nn.Module):
+    """All learned memory parameters of HMT in one module (so PEFT's `modules_to_save=["memory"]` trains and saves
+    them with an adapter): `T` (Eq. 1), `W_q`, `W_k` and the initial memory (Eq. 2-3)."""
+
+    def __init__(self, hidden_dim: int, search_dim: int, sensory_memory_size: int):
+        super().__init__()
+        self.representation_encoder = RepresentationEncoder(hidden_dim)
+        self.memory_search = MemorySearch(hidden_dim, search_dim)
+        self.sensory_memory = SensoryMemory(sensory_memory_size)
+        self.memory_embedding_generator = MemoryEmbeddingGenerator()
+
+
+@dataclass
+class HMTMemoryState:
+    """What HMT carries from one segment to the next, and from one call to the next (`out.memory`).
+
+    Attributes:
+        memories: `(B, c, d)` the FIFO cache of memory embeddings `M`, right-aligned: the valid entries of row `b`
+            are its last `memory_mask[b].sum()` slots, newest last.
+        memory_mask: `(B, c)` bool.
+        recent_embeds: `(B, t, d)` the embeddings of the last `t` tokens seen, right-aligned (sensory memory and
+            the causal query read them).
+        recent_mask: `(B, t)` bool.
+        num_segments: `(B,)` segments processed so far.
+    """
+
+    memories: torch.Tensor
+    memory_mask: torch.Tensor
+    recent_embeds: torch.Tensor
+    recent_mask: torch.Tensor
+    num_segments: torch.Tensor
+
+    @classmethod
+    def empty(cls, batch_size: int, hidden_dim: int, recent_tokens: int, device, dtype) -> HMTMemoryState:
+        return cls(
+            memories=torch.zeros(batch_size, 0, hidden_dim, device=device, dtype=dtype),
+            memory_mask=torch.zeros(batch_size, 0, dtype=torch.bool, device=device),
+            recent_embeds=torch.zeros(batch_size, recent_tokens, hidden_dim, device=device, dtype=dtype),
+            recent_mask=torch.zeros(batch_size, recent_tokens, dtype=torch.bool, device=device),
+            num_segments=torch.zeros(batch_size, dtype=torch.long, device=device),
+        )
+
+    @property
+    def batch_size(self) -> int:
+        return self.memories.shape[0]
+
+    @property
+    def cache_size(self) -> torch.Tensor:
+        """`(B,)` number of cached memory embeddings per sequence."""
+        return self.memory_mask.sum(1)
+
+    def newest_memory(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """`M_{n-1}` `(B, d)` and whether it exists `(B,)` — the recurrent memory when search is off."""
+        if self.memories.shape[1] == 0:
+            return self.memories.new_zeros(self.batch_size, self.memories.shape[2]), self.memory_mask.new_zeros(
+                self.batch_size
+            )
+        return self.memories[:, -1], self.memory_mask[:, -1]
+
+    def push(self, new_memory: torch.Tensor, active: torch.Tensor, capacity: int) -> HMTMemoryState:
+        """Append `new_memory` `(B, d)` to the cache of the `active` `(B,)` rows, keeping the newest `capacity`."""
+        grown = torch.cat([self.memories, new_memory.unsqueeze(1)], 1)
+        # Inactive rows (their document ended) get an empty slot in front instead, so they stay right-aligned.
+        kept = torch.cat([torch.zeros_like(new_memory).unsqueeze(1), self.memories], 1)
+        memories = torch.where(active[:, None, None], grown, kept)
+        memory_mask = torch.where(
+            active[:, None],
+            torch.cat([self.memory_mask, active[:, None]], 1),
+            torch.cat([active[:, None], self.memory_mask], 1),
+        )
+        unused = int((~memory_mask).all(0).long().cumprod(0).sum())  # leading slots empty in every row
+        start = max(unused, memories.shape[1] - capacity)
+        return self._replace(
+            memories=memories[:, start:],
+            memory_mask=memory_mask[:, start:],
+            num_segments=self.num_segments + active.long(),
+        )
+
+    def remember_tokens(self, token_embeds: torch.Tensor, lengths: torch.Tensor) -> HMTMemoryState:
+        """Append each row's first `lengths[b]` of `token_embeds` `(B, n, d)` to its recent tokens, keeping `t`."""
+        recent = self.recent_embeds.shape[1]
+        if recent == 0:
+            return self
+        embeds = torch.cat([self.recent_embeds, token_embeds], 1)
+        mask = torch.cat(
+            [self.recent_mask, torch.arange(token_embeds.shape[1], device=lengths.device) < lengths[:, None]], 1
+        )
+        index = lengths[:, None] + torch.arange(recent, device=lengths.device)
+        return self._replace(
+            recent_embeds=embeds.gather(1, index.unsqueeze(-1).expand(-1, -1, embeds.shape[-1])),
+            recent_mask=mask.gather(1, index),
+        )
+
+    def _replace(self, **changes) -> HMTMemoryState:
+        return HMTMemoryState(**{f.name: changes.get(f.name, getattr(self, f.name)) for f in fields(self)})
+
+    def apply(self, fn) -> HMTMemoryState:
+        """A new state with `fn` applied to every tensor (e.g. `lambda t: t.to(device)`)."""
+        return HMTMemoryState(**{f.name: fn(getattr(self, f.name)) for f in fields(self)})
+
+    def detach(self) -> HMTMemoryState:
+        """Cut the gradient history (truncated backpropagation through time between calls)."""
+        return self.apply(torch.Tensor.detach)
+
+    def to(self, device=None, dtype=None) -> HMTMemoryState:
+        """Move to `device`; the floating tensors (memories, recent embeddings) also to `dtype` if given."""
+        return self.apply(lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else None))
+
+    def index_select(self, rows: torch.Tensor) -> HMTMemoryState:
+        """Keep (and reorder or repeat) the sequences listed in `rows` `(B',)`."""
+        return self.apply(lambda t: t.index_select(0, rows.to(t.device)))

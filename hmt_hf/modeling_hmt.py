@@ -1,0 +1,456 @@
+"""Hierarchical Memory Transformer (He et al., 2024, arXiv 2405.06067) over any decoder-only causal LM.
+
+Shipped beside the weights of every saved HMT checkpoint (``trust_remote_code``): imports only torch, transformers
+and its sibling files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from .configuration_hmt import HMTConfig, check_backbone_config
+from .memory_hmt import HMTMemory, HMTMemoryState, decode_plain_segment
+
+try:  # transformers >= 5: init functions that leave already-loaded weights alone
+    from transformers import initialization as init
+except ImportError:  # pragma: no cover
+    from torch.nn import init
+
+
+@dataclass
+class HMTCausalLMOutput(CausalLMOutputWithPast):
+    r"""
+    Output of [`HMTForCausalLM`].
+
+    Args:
+        loss (`torch.FloatTensor` of shape `(1,)`, *optional*): next-token loss, when `labels` are given.
+        logits (`torch.FloatTensor` of shape `(batch_size, sequence_length, vocab_size)`):
+            logits aligned with the input positions (zeros at padded positions); only the last `logits_to_keep`
+            positions when that is set.
+        memory (`HMTMemoryState`): the memory after the last segment. Pass it back as `memory=` to continue the
+            same documents in the next call.
+        retrieval_weights (`tuple(torch.FloatTensor)`, *optional*): one `(batch_size, cached_memories)` tensor per
+            segment — the memory-search attention over the cache (Eq. 3), when `output_retrieval_weights=True`.
+    """
+
+    memory: HMTMemoryState | None = None
+    retrieval_weights: tuple[torch.FloatTensor, ...] | None = None
+
+
+class HMTPreTrainedModel(PreTrainedModel):
+    config_class = HMTConfig
+    base_model_prefix = "backbone"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+
+    def _init_weights(self, module):
+        # The backbone initialises its own modules; these are the memory parameters. T and the initial memory are
+        # read as input embeddings, so they start at the scale of the token embeddings (as the reference code).
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, std=module.in_features**-0.5)
+        elif hasattr(module, "summary_prompt"):
+            init.normal_(module.summary_prompt, std=self._token_embedding_std())
+        elif hasattr(module, "initial_memory"):
+            init.normal_(module.initial_memory, std=self._token_embedding_std())
+
+    def _token_embedding_std(self) -> float:
+        weight = self.backbone.get_input_embeddings().weight
+        if weight.is_meta or not torch.isfinite(weight).all():
+            return getattr(self.config.text_config, "initializer_range", 0.02)
+        return weight.float().std().item()
+
+
+class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
+    """An HMT: the backbone causal LM (`self.backbone`) plus the memory hierarchy (`self.memory`).
+
+    Build one from any decoder-only checkpoint with [`HMTForCausalLM.from_backbone`], or load a saved HMT with
+    `AutoModelForCausalLM.from_pretrained`.
+    """
+
+    def __init__(self, config: HMTConfig, backbone: PreTrainedModel | None = None):
+        super().__init__(config)
+        if backbone is None:
+            backbone = AutoModelForCausalLM.from_config(config.text_config)
+        self.backbone = backbone
+        config.text_config = backbone.config  # one config object, so later changes (attention, dtype) reach both
+        width = backbone.get_input_embeddings().embedding_dim
+        if width != config.hidden_dim:
+            raise ValueError(
+                f"The backbone embeds tokens in {width} dimensions but its config says {config.hidden_dim}."
+            )
+        sensory = config.sensory_memory_size if config.use_sensory_memory else 0
+        self.memory = HMTMemory(width, config.search_dim, sensory)
+        parameter = next(backbone.parameters(), None)
+        if parameter is not None and not parameter.is_meta:
+            self.memory.to(device=parameter.device, dtype=backbone.get_input_embeddings().weight.dtype)
+        self._memory_state: HMTMemoryState | None = None
+        self._carry_memory = False
+        self.post_init()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_backbone(
+        cls,
+        backbone: str | os.PathLike | PreTrainedModel,
+        *,
+        dtype: torch.dtype | str | None = None,
+        gguf_file: str | None = None,
+        attn_implementation: str | None = None,
+        backbone_kwargs: dict | None = None,
+        **hmt_fields,
+    ) -> HMTForCausalLM:
+        """Turn a decoder-only causal LM into an HMT. Backbone weights are kept bit for bit; the memory parameters
+        are freshly initialised.
+
+        Args:
+            backbone: a Hub id, a local folder, or an already-loaded `PreTrainedModel` with an LM head.
+            dtype, gguf_file, attn_implementation: passed to `AutoModelForCausalLM.from_pretrained` (for a loaded
+                model, `dtype` casts it and `attn_implementation` switches it).
+            backbone_kwargs: any other `from_pretrained` arguments (`revision`, `device_map`, ...).
+            **hmt_fields: [`HMTConfig`] fields (`segment_length`, `sensory_memory_size`, ...).
+        """
+        if isinstance(backbone, (str, os.PathLike)):
+            load_kwargs = {"dtype": dtype, "gguf_file": gguf_file, "attn_implementation": attn_implementation}
+            load_kwargs = {k: v for k, v in load_kwargs.items() if v is not None} | dict(backbone_kwargs or {})
+            config_kwargs = {
+                k: load_kwargs[k] for k in ("gguf_file", "revision", "trust_remote_code") if k in load_kwargs
+            }
+            check_backbone_config(AutoConfig.from_pretrained(backbone, **config_kwargs))
+            backbone = AutoModelForCausalLM.from_pretrained(backbone, **load_kwargs)
+        elif isinstance(backbone, PreTrainedModel):
+            if dtype is not None:
+                backbone = backbone.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
+            if attn_implementation is not None:
+                backbone.set_attn_implementation(attn_implementation)
+        else:
+            raise TypeError(
+                f"backbone must be a model name, a folder or a PreTrainedModel, not {type(backbone).__name__}."
+            )
+        check_backbone_config(backbone.config)
+        if backbone.get_output_embeddings() is None:
+            raise ValueError(
+                f"{type(backbone).__name__} has no LM head; load the backbone with AutoModelForCausalLM "
+                "(e.g. LlamaForCausalLM, not LlamaModel)."
+            )
+        if "inputs_embeds" not in inspect.signature(backbone.forward).parameters:
+            raise ValueError(f"{type(backbone).__name__}.forward takes no `inputs_embeds`, which HMT needs.")
+        quantization = getattr(backbone.config, "quantization_config", None)
+        if getattr(quantization, "quant_method", None) == "gguf" or (
+            isinstance(quantization, dict) and quantization.get("quant_method") == "gguf"
+        ):
+            # GGUF weights are de-quantised on load; dropping the marker lets the HMT be saved as safetensors.
+            backbone.hf_quantizer = None
+            del backbone.config.quantization_config
+        return cls(HMTConfig(text_config=backbone.config, **hmt_fields), backbone=backbone)
+
+    def get_input_embeddings(self):
+        return self.backbone.get_input_embeddings()
+
+    def set_input_embeddings(self, value):
+        self.backbone.set_input_embeddings(value)
+
+    def get_output_embeddings(self):
+        return self.backbone.get_output_embeddings()
+
+    def set_output_embeddings(self, new_embeddings):
+        self.backbone.set_output_embeddings(new_embeddings)
+
+    def memory_parameter_overhead(self) -> dict:
+        """Parameters HMT adds to the backbone: `{"memory_parameters", "backbone_parameters", "overhead_percent"}`."""
+        added = sum(p.numel() for p in self.memory.parameters())
+        backbone = sum(p.numel() for p in self.backbone.parameters())
+        return {
+            "memory_parameters": added,
+            "backbone_parameters": backbone,
+            "overhead_percent": 100 * added / backbone,
+        }
+
+    # ------------------------------------------------------------------ chunk-by-chunk conveniences
+    @contextlib.contextmanager
+    def carry_memory(self):
+        """Within this context, a call without `memory=` continues from the previous call's memory, so a document
+        can be fed chunk by chunk: `with model.carry_memory(): for chunk in chunks: model(chunk)`.
+        Outside it every call starts from empty memory (Trainer batches are independent documents)."""
+        previous, self._carry_memory = self._carry_memory, True
+        try:
+            yield self
+        finally:
+            self._carry_memory = previous
+
+    def clear_memory(self):
+        """Forget the memory of the last call (what `carry_memory()` continues from and `get_memory_stats()` reads)."""
+        self._memory_state = None
+
+    def get_memory_stats(self) -> dict:
+        """Memory after the last call: cached memory embeddings (max over the batch), cache capacity `N`, whether
+        sensory memory is active for the next segment and how many tokens it holds, and segments processed."""
+        state = self._memory_state
+        sensory = self.memory.sensory_memory.size
+        if state is None:
+            cache_size = sensory_tokens = segments = 0
+        else:
+            cache_size = int(state.cache_size.max())
+            sensory_tokens = (
+                int(state.recent_mask[:, state.recent_mask.shape[1] - sensory :].sum(1).max()) if sensory else 0
+            )
+            segments = int(state.num_segments.max())
+        return {
+            "cache_size": cache_size,
+            "max_cache_size": self.config.num_memory_embeddings,
+            "sensory_memory_active": sensory_tokens > 0,
+            "sensory_memory_size": sensory_tokens,
+            "num_segments_processed": segments,
+        }
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        memory: HMTMemoryState | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        use_memory: bool = True,
+        logits_to_keep: int = 0,
+        output_retrieval_weights: bool = False,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> HMTCausalLMOutput | tuple:
+        r"""
+        Process input of any length segment by segment (Eq. 1-5).
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): token ids (or `inputs_embeds`).
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*): 1 for real
+                tokens, 0 for padding (left, right or anywhere). Padding never enters memory; each sequence gives
+                the logits it would give alone.
+            labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*): targets aligned with
+                the input (shifted inside); `-100` is ignored. The loss averages over all scored tokens, or divides
+                by `num_items_in_batch` when Trainer passes it.
+            memory ([`HMTMemoryState`], *optional*): memory from a previous call (`out.memory`) to continue those
+                documents. Calls whose lengths are multiples of `segment_length` then give the logits of one call.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_dim)`, *optional*).
+            use_memory (`bool`, defaults to `True`): `False` runs the plain chunked backbone (independent segments,
+                no memory tokens, no sensory memory) — the ablation.
+            logits_to_keep (`int`, defaults to 0): if > 0, return logits for the last `logits_to_keep` positions
+                only (the loss still covers every token), which bounds memory on long inputs.
+            output_retrieval_weights (`bool`): also return the memory-search weights of every segment.
+        """
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        config = self.config
+        embed_tokens = self.get_input_embeddings()
+        token_source = input_ids if input_ids is not None else inputs_embeds
+        mask = self._check_inputs(input_ids, inputs_embeds, attention_mask, labels, logits_to_keep)
+        batch_size, total = mask.shape
+        device = token_source.device
+        if memory is None and self._carry_memory and self._memory_state is not None:
+            memory = self._memory_state
+        state = self._initial_state(memory, batch_size, device, embed_tokens.weight.dtype)
+
+        # Work on "compact" rows: each row's real tokens moved to its front, in order. `order` maps back.
+        lengths = mask.sum(1)
+        order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)
+        positions = torch.arange(total, device=device)
+        compact_mask = positions < lengths[:, None]
+        max_len = int(lengths.max())
+
+        def take(start: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+            """Embeddings `(B, width, d)` and mask of compact positions `[start, start + width)`."""
+            span = torch.arange(start, start + width, device=device).clamp(max=total - 1)
+            valid = compact_mask[:, span] & (torch.arange(start, start + width, device=device) < total)
+            index = order[:, span]
+            if input_ids is not None:
+                return embed_tokens(input_ids.gather(1, index).masked_fill(~valid, 0)), valid
+            return inputs_embeds.gather(1, index.unsqueeze(-1).expand(-1, -1, inputs_embeds.shape[-1])), valid
+
+        shift_labels = None
+        if labels is not None:
+            compact_labels = labels.gather(1, order).masked_fill(~compact_mask, -100)
+            shift_labels = F.pad(compact_labels[:, 1:], (0, 1), value=-100)
+            if config.loss_on_last_segment_only:
+                last_segment_start = (lengths - 1).clamp(min=0) // config.segment_length * config.segment_length
+                shift_labels = shift_labels.masked_fill(positions < last_segment_start[:, None], -100)
+
+        keep = total if logits_to_keep == 0 else min(logits_to_keep, total)
+        logits_out = None
+        loss_sum = None
+        weights_per_segment = []
+        queries = {}
+        length = config.segment_length
+        for segment in range(-(-max_len // length)):
+            start = segment * length
+            width = min(length, max_len - start)
+            segment_embeds, segment_mask = take(start, width)
+            if not use_memory:
+                logits = decode_plain_segment(self.backbone, segment_embeds, segment_mask)
+            else:
+                if config.use_memory_search and segment not in queries:
+                    queries = self._encode_queries(state, segment, max_len, take)
+                retrieved, weights = self._read_memory(state, queries.get(segment))
+                if output_retrieval_weights:
+                    weights_per_segment.append(weights)
+                sensory_embeds, sensory_mask = self.memory.sensory_memory(state)
+                logits, new_memory = self.memory.memory_embedding_generator(
+                    self.backbone, retrieved, sensory_embeds, sensory_mask, segment_embeds, segment_mask
+                )
+                segment_lengths = segment_mask.sum(1)
+                state = state.push(new_memory, segment_lengths > 0, config.num_memory_embeddings)
+                state = state.remember_tokens(segment_embeds, segment_lengths)
+
+            if shift_labels is not None:
+                # num_items_in_batch=1 makes the loss function return the summed loss of this segment.
+                segment_loss = self.loss_function(
+                    logits=logits,
+                    labels=None,
+                    shift_labels=shift_labels[:, start : start + width].contiguous(),
+                    vocab_size=logits.shape[-1],
+                    num_items_in_batch=1,
+                )
+                loss_sum = segment_loss if loss_sum is None else loss_sum + segment_loss
+            original = order[:, start : start + width]
+            kept = segment_mask & (original >= total - keep)
+            if logits_out is None:
+                logits_out = logits.new_zeros(batch_size, keep, logits.shape[-1])
+            if kept.any():
+                rows = torch.arange(batch_size, device=device)[:, None].expand_as(kept)[kept]
+                logits_out.index_put_((rows, original[kept] - (total - keep)), logits[kept])
+
+        loss = None
+        if loss_sum is not None:
+            denominator = num_items_in_batch if num_items_in_batch is not None else (shift_labels != -100).sum()
+            if torch.is_tensor(denominator):
+                denominator = denominator.to(loss_sum.device).clamp(min=1)
+            loss = loss_sum / max(denominator, 1) if not torch.is_tensor(denominator) else loss_sum / denominator
+        self._memory_state = state.detach()
+        output = HMTCausalLMOutput(
+            loss=loss,
+            logits=logits_out,
+            memory=state,
+            retrieval_weights=tuple(weights_per_segment) if output_retrieval_weights else None,
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+    def _encode_queries(self, state: HMTMemoryState, first: int, max_len: int, take) -> dict[int, torch.Tensor]:
+        """Segment representations `S` (Eq. 1) for segments `first, first+1, ...` (up to `representation_batch_size`
+        of them) in one batched backbone pass. Returns `{segment: (B, d) queries}`."""
+        config = self.config
+        length, j = config.segment_length, config.representation_length
+        num_segments = -(-max_len // length)
+        last = num_segments if config.representation_batch_size is None else first + config.representation_batch_size
+        segments = range(first, min(last, num_segments))
+        has_cache = state.cache_size > 0
+        tokens, token_masks, needed = [], [], []
+        for segment in segments:
+            active = take(segment * length, 1)[1][:, 0]
+            if config.retrieval_mode == "paper":
+                embeds, token_mask = take(segment * length, min(j, max_len - segment * length))
+                embeds, token_mask = (
+                    F.pad(embeds, (0, 0, 0, j - embeds.shape[1])),
+                    F.pad(token_mask, (0, j - token_mask.shape[1])),
+                )
+            elif segment == first:
+                embeds, token_mask = state.recent_embeds[:, -j:], state.recent_mask[:, -j:]
+            else:
+                embeds, token_mask = take(segment * length - j, j)
+            tokens.append(embeds)
+            token_masks.append(token_mask)
+            # Queries are only read where the cache is non-empty: from the second segment on, or on a continued call.
+            needed.append(active & (has_cache | (segment > first)))
+        tokens = torch.stack(tokens, 1).flatten(0, 1)
+        token_masks = torch.stack(token_masks, 1).flatten(0, 1)
+        needed = torch.stack(needed, 1).flatten(0, 1)
+        queries = tokens.new_zeros(tokens.shape[0], tokens.shape[-1])
+        if needed.any():
+            queries[needed] = self.memory.representation_encoder(self.backbone, tokens[needed], token_masks[needed])
+        queries = queries.view(-1, len(segments), tokens.shape[-1])
+        return {segment: queries[:, i] for i, segment in enumerate(segments)}
+
+    def _read_memory(self, state: HMTMemoryState, query: torch.Tensor | None):
+        """`P_n` `(B, d)` and the retrieval weights `(B, c)` (None when search is off)."""
+        if not self.config.use_memory_search:
+            newest, exists = state.newest_memory()
+            initial = self.memory.memory_search.initial_memory.to(newest.dtype).expand_as(newest)
+            return torch.where(exists[:, None], newest, initial), None
+        return self.memory.memory_search(query, state.memories, state.memory_mask)
+
+    def _initial_state(self, memory, batch_size, device, dtype) -> HMTMemoryState:
+        config = self.config
+        recent = max(
+            config.sensory_memory_size if config.use_sensory_memory else 0,
+            config.representation_length if config.retrieval_mode == "causal" else 0,
+        )
+        if memory is None:
+            return HMTMemoryState.empty(batch_size, config.hidden_dim, recent, device, dtype)
+        if not isinstance(memory, HMTMemoryState):
+            raise TypeError(
+                f"memory must be the HMTMemoryState of a previous output (out.memory), not {type(memory)}."
+            )
+        if memory.batch_size != batch_size:
+            raise ValueError(
+                f"memory holds {memory.batch_size} sequences but the input has {batch_size}; pass the memory of the "
+                "same batch of documents (or memory.index_select(rows) to pick sequences)."
+            )
+        if memory.memories.shape[-1] != config.hidden_dim or memory.recent_embeds.shape[1] != recent:
+            raise ValueError("memory was produced by an HMT with a different configuration than this model.")
+        return memory.to(device)
+
+    def _check_inputs(self, input_ids, inputs_embeds, attention_mask, labels, logits_to_keep) -> torch.Tensor:
+        """Validate the inputs; return the attention mask as bool `(B, T)`."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        if input_ids is not None:
+            if input_ids.dim() != 2:
+                raise ValueError(
+                    f"input_ids must have shape (batch_size, sequence_length), got {tuple(input_ids.shape)}; "
+                    "add a batch dimension with input_ids[None]."
+                )
+            shape = tuple(input_ids.shape)
+        else:
+            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_dim:
+                raise ValueError(
+                    f"inputs_embeds must have shape (batch_size, sequence_length, {self.config.hidden_dim}), "
+                    f"got {tuple(inputs_embeds.shape)}."
+                )
+            shape = tuple(inputs_embeds.shape[:2])
+        if 0 in shape:
+            raise ValueError(f"The input is empty (shape {shape}); pass at least one token.")
+        if attention_mask is None:
+            mask = torch.ones(
+                shape, dtype=torch.bool, device=(input_ids if input_ids is not None else inputs_embeds).device
+            )
+        else:
+            if tuple(attention_mask.shape) != shape:
+                raise ValueError(
+                    f"attention_mask has shape {tuple(attention_mask.shape)} but the input has shape {shape}; "
+                    "they must match (one 0/1 entry per token)."
+                )
+            if ((attention_mask != 0) & (attention_mask != 1)).any():
+                raise ValueError("attention_mask must contain only 0 (padding) and 1 (real token).")
+            mask = attention_mask.bool()
+        if not mask.any():
+            raise ValueError("attention_mask marks every position as padding; there is no token to process.")
+        if input_ids is not None:
+            real = input_ids[mask]
+            vocab_size = self.get_input_embeddings().num_embeddings
+            if int(real.min()) < 0 or int(real.max()) >= vocab_size:
+                raise ValueError(
+                    f"input_ids contain ids outside [0, {vocab_size}) (min {int(real.min())}, max {int(real.max())});"
+                    " the tokenizer does not match this model's vocabulary."
+                )
+        if labels is not None and tuple(labels.shape) != shape:
+            raise ValueError(f"labels have shape {tuple(labels.shape)} but the input has shape {shape}.")
+        if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 0:
+            raise ValueError(f"logits_to_keep={logits_to_keep!r} must be an int >= 0 (0 keeps all positions).")
+        return mask
