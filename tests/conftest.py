@@ -1,0 +1,29 @@
+import os
+import sys
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.dirname(__file__))
+
+from tiny_backbones import tiny_config  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+from hmt_hf import HMTForCausalLM  # noqa: E402
+
+# Small HMT: 8 new tokens per segment, so a 29-token input has 3 full segments and a partial one, and the cache
+# (N=3) is full and evicting by the last segment.
+SMALL_HMT = {"segment_length": 8, "sensory_memory_size": 3, "representation_length": 4, "num_memory_embeddings": 3}
+
+
+def make_hmt(model_type: str = "llama", seed: int = 0, **fields) -> HMTForCausalLM:
+    """A tiny random backbone of `model_type` wrapped as an HMT, in eval mode."""
+    torch.manual_seed(seed)
+    backbone = AutoModelForCausalLM.from_config(tiny_config(model_type))
+    return HMTForCausalLM.from_backbone(backbone, **{**SMALL_HMT, **fields}).eval()
+
+
+@pytest.fixture
+def hmt():
+    return make_hmt()
