@@ -177,6 +177,14 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
             "overhead_percent": 100 * added / backbone,
         }
 
+    def generate(self, *args, **kwargs):
+        # Decoding must roll segments over (memory embedding, cache, sensory memory) while reusing the backbone's
+        # KV cache; GenerationMixin's default loop would silently re-encode without those rules.
+        raise NotImplementedError(
+            "HMTForCausalLM.generate() with rolling memory is not available in this version; score text with "
+            "forward() or decode with model.backbone.generate() on the last segment."
+        )
+
     # ------------------------------------------------------------------ chunk-by-chunk conveniences
     @contextlib.contextmanager
     def carry_memory(self):
