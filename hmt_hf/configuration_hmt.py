@@ -63,6 +63,8 @@ class HMTConfig(PretrainedConfig):
 
     model_type = "hmt"
     sub_configs = {"text_config": AutoConfig}
+    # Trainer's evaluation gathers every output tensor; the memory state is not a prediction.
+    keys_to_ignore_at_inference = ["memory", "retrieval_weights"]
 
     def __init__(
         self,
