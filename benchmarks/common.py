@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -205,6 +206,20 @@ def run_json_subprocess(argv: list[str], timeout: float | None = None) -> dict:
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{' '.join(argv)} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
     return json.loads(lines[-1])
+
+
+def run_json_subprocesses(argvs: list[list[str]], jobs: int, desc: str, timeout: float | None = None) -> list[dict]:
+    """`run_json_subprocess` for each argv, `jobs` at a time; results in the order of `argvs`.
+
+    Memory measurements may overlap each other (each process reads its own peak); timings must not.
+    """
+    from tqdm.auto import tqdm
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(run_json_subprocess, argv, timeout) for argv in argvs]
+        for _ in tqdm(as_completed(futures), total=len(futures), desc=desc, file=sys.stderr):
+            pass
+    return [future.result() for future in futures]
 
 
 def set_threads(threads: int):

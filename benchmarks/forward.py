@@ -6,7 +6,9 @@ Both are measured side by side in one run, on one document, with the same backbo
   (`backbone(input_ids=chunk, use_cache=False)` per chunk, keeping only the last chunk's logits), under
   `torch.inference_mode()`, after a warm-up, repetitions interleaved (AB BA AB ...), medians compared;
 * peak RSS of one HMT forward at a short and a long length (4k and 32k tokens; 4k and 16k with `--quick`), each in
-  a fresh subprocess, read from the kernel's peak counter after it was reset behind model loading.
+  a fresh subprocess (they may overlap each other, never the timing), read from the kernel's peak counter
+  (VmHWM) after it was reset behind model loading and a two-segment warm-up. `ru_maxrss` is reported too, but it
+  cannot be reset and de-quantising the GGUF peaks above a short forward.
 
 Both paths still compute the vocabulary logits of every position inside (the backbone returns them, and HMT needs
 them for its loss); `logits_to_keep=1` / keeping the last chunk only stops the kept logits of all positions from
@@ -15,11 +17,17 @@ dominating memory.
 The cost floor of HMT per segment is `(L + k + 2 + j + 2) / L` backbone positions per new token: the segment pass
 reads memory slot + `k` sensory tokens + `L` tokens + memory slot, the representation pass reads `T` + `j` tokens +
 `T` (`k` = sensory_memory_size, `j` = representation_length). Attention grows slightly faster than linearly and the
-representation pass skips the LM head, so the measured ratio may land a little on either side of the floor.
+representation pass skips the LM head, so the measured ratio may land a little on either side of the floor. The
+first segment of a document has no memory to search and skips the representation pass, which lowers the ratio
+over `n` segments by about `(j + 2) / (n L)` (0.06 for `--quick`'s 8 segments, 0.016 for the full run's 32).
 
-Command (from the repository root; the full run takes ~15 min on 2 CPU cores, `--quick` ~3 min)::
+Commands (from the repository root; on 2 CPU cores the full run takes ~11 min, `--quick` ~3 min)::
 
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/forward.py [--quick] [--backbone smollm2|tiny|PATH_OR_ID]
+    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/forward.py            # full: 8k timing tokens, 4k vs 32k
+    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/forward.py --quick    # 2k timing tokens, 4k vs 16k
+    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/forward.py --backbone tiny --quick   # seconds, random Llama
+
+Torch uses one thread unless `--threads` says otherwise: see the comment at `--threads`.
 
 The last output line is one JSON object with these keys:
 
@@ -27,7 +35,8 @@ The last output line is one JSON object with these keys:
 * `backbone`: backbone name ("smollm2" is SmolLM2-135M-Instruct Q4_1 GGUF, de-quantised to fp32).
 * `quick`: whether `--quick` was given.
 * `segment_length`, `sensory_memory_size`, `representation_length`, `num_memory_embeddings`,
-  `representation_batch_size`: the HMTConfig fields used (`L`, `k`, `j`, `N`, batch of representation passes).
+  `representation_batch_size`: the HMTConfig fields used (`L`, `k`, `j`, `N`, segments per batched
+  representation pass; the library default unless `--representation-batch-size` is given).
 * `threads`: torch intra-op threads.
 * `text`: where the token ids came from ("shakespeare:<file>" or "random").
 * `timing_tokens`: document length used for timing; `repetitions`: timed runs of each path.
@@ -35,9 +44,10 @@ The last output line is one JSON object with these keys:
 * `overhead_vs_chunked`: median HMT time / median chunked-backbone time.
 * `analytic_floor`: `(L + k + 2 + j + 2) / L`.
 * `overhead_target`: `1.10 * analytic_floor`; `overhead_pass`: `overhead_vs_chunked <= overhead_target`.
-* `peak_memory_lengths`: `[short, long]` token counts of the peak-memory runs (the key names say 4k/32k also
-  when `--quick` uses other lengths).
-* `model_rss_mib`: `{length: RSS after loading the model, before the forward}` (MiB).
+* `peak_memory_lengths`: `[short, long]` token counts of the peak-memory runs (the key names below say 4k/32k
+  also when `--quick` uses other lengths). This and the keys down to `peak_rss_source` are absent with
+  `--skip-peak`.
+* `model_rss_mib`: `{length: RSS after loading the model and a two-segment warm-up, before the forward}` (MiB).
 * `peak_rss_mib`: `{length: peak RSS during the HMT forward}`; `activation_mib`: `{length: peak - model}`.
 * `lifetime_max_rss_mib`: `{length: getrusage ru_maxrss of the subprocess}`, which includes model loading.
 * `peak_forward_seconds`: `{length: seconds of the measured forward}`.
@@ -53,8 +63,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -70,10 +80,17 @@ from common import (
     reset_peak_rss,
     rss_mib,
     ru_maxrss_mib,
-    run_json_subprocess,
+    run_json_subprocesses,
     set_threads,
 )
 
+CONFIG_KEYS = (
+    "segment_length",
+    "sensory_memory_size",
+    "representation_length",
+    "num_memory_embeddings",
+    "representation_batch_size",
+)
 OVERHEAD_TOLERANCE = 1.10
 PEAK_MEMORY_TARGET = 1.10
 LOGITS_NOTE = (
@@ -91,7 +108,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sensory-memory-size", type=int, default=32)
     parser.add_argument("--representation-length", type=int, default=128)
     parser.add_argument("--num-memory-embeddings", type=int, default=300)
-    parser.add_argument("--representation-batch-size", type=int, default=64, help="0 means one batch (None)")
+    parser.add_argument(
+        "--representation-batch-size", type=int, default=None, help="default: HMTConfig's; 0 means one batch (None)"
+    )
     # One thread by default: on a 2-core machine shared with any other busy process, two OpenMP threads stall on
     # each other (seen here: 0.9 s -> 9 s per 256-token chunk), while one thread stays steady.
     parser.add_argument("--threads", type=int, default=1)
@@ -106,18 +125,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.timing_tokens = args.timing_tokens or (2048 if args.quick else 8192)
     args.repetitions = args.repetitions or (3 if args.quick else 5)
-    args.peak_lengths = args.peak_lengths or ([4096, 16384] if args.quick else [4096, 32768])
+    args.peak_lengths = sorted(args.peak_lengths or ([4096, 16384] if args.quick else [4096, 32768]))
     return args
 
 
 def hmt_fields(args) -> dict:
-    return {
+    """HMTConfig fields; the representation batch size is left to the library default unless given."""
+    fields = {
         "segment_length": args.segment_length,
         "sensory_memory_size": args.sensory_memory_size,
         "representation_length": args.representation_length,
         "num_memory_embeddings": args.num_memory_embeddings,
-        "representation_batch_size": args.representation_batch_size or None,
     }
+    if args.representation_batch_size is not None:
+        fields["representation_batch_size"] = args.representation_batch_size or None
+    return fields
 
 
 def analytic_floor(length: int, sensory: int, representation: int) -> float:
@@ -126,14 +148,16 @@ def analytic_floor(length: int, sensory: int, representation: int) -> float:
 
 def config_flags(args) -> list[str]:
     """The flags that make a subprocess build the same model as this process."""
-    return [
+    flags = [
         f"--segment-length={args.segment_length}",
         f"--sensory-memory-size={args.sensory_memory_size}",
         f"--representation-length={args.representation_length}",
         f"--num-memory-embeddings={args.num_memory_embeddings}",
-        f"--representation-batch-size={args.representation_batch_size}",
         f"--threads={args.threads}",
     ]
+    if args.representation_batch_size is not None:
+        flags.append(f"--representation-batch-size={args.representation_batch_size}")
+    return flags
 
 
 # ---------------------------------------------------------------------------------------------------- peak memory
@@ -164,14 +188,18 @@ def measure_peak(args) -> dict:
 
 
 def peak_memory(args, workdir: Path) -> list[dict]:
-    """Peak memory of one HMT forward per length, each in a fresh interpreter (short length first)."""
-    from tqdm.auto import tqdm
+    """Peak memory of one HMT forward per length, each in a fresh interpreter.
 
-    results = []
-    for tokens in tqdm(args.peak_lengths, desc="peak memory (subprocesses)", file=sys.stderr):
-        argv = [__file__, f"--_measure-peak={tokens}", f"--_workdir={workdir}", *config_flags(args)]
-        results.append(run_json_subprocess(argv))
-    return results
+    The runs overlap when there are cores to spare (each process reads its own peak), which saves minutes; they
+    run before the timing, never during it.
+    """
+    argvs = [
+        [__file__, f"--_measure-peak={n}", f"--_workdir={workdir}", *config_flags(args)] for n in args.peak_lengths
+    ]
+    jobs = min(len(argvs), (os.cpu_count() or 1) // args.threads)
+    return run_json_subprocesses(
+        argvs, jobs, desc=f"peak memory ({len(argvs)} subprocesses, {max(jobs, 1)} at a time)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- timing
@@ -190,22 +218,22 @@ def time_forward(model, ids: torch.Tensor, args) -> dict[str, list[float]]:
         "hmt": lambda: model(ids, logits_to_keep=1),
     }
     with torch.inference_mode():
-        # Warm-up over a few segments (memory search included) so first-call costs land in neither path.
-        warm = ids[:, : 4 * length]
+        # Warm-up over two segments (memory search included) so first-call costs land in neither path.
+        warm = ids[:, : 2 * length]
         chunked_backbone(model.backbone, warm, length)
         model(warm, logits_to_keep=1)
         return interleaved_timings(paths, args.repetitions)
 
 
 # ---------------------------------------------------------------------------------------------------- report
-def summarise(args, text: str, times: dict, peaks: list[dict], wall: float) -> dict:
+def summarise(args, config, text: str, times: dict, peaks: list[dict], wall: float) -> dict:
     floor = analytic_floor(args.segment_length, args.sensory_memory_size, args.representation_length)
     chunked, hmt = statistics.median(times["chunked"]), statistics.median(times["hmt"])
     result = {
         "benchmark": "forward",
         "backbone": args.backbone,
         "quick": args.quick,
-        **hmt_fields(args),
+        **{name: getattr(config, name) for name in CONFIG_KEYS},
         "threads": args.threads,
         "text": text,
         "timing_tokens": args.timing_tokens,
@@ -227,20 +255,23 @@ def summarise(args, text: str, times: dict, peaks: list[dict], wall: float) -> d
 
 
 def summarise_peaks(peaks: list[dict]) -> dict:
+    for run in peaks:
+        run["activation_mib"] = run["peak_rss_mib"] - run["model_rss_mib"]
     short, long = peaks
-    by_length = lambda key: {str(p["tokens"]): round(p[key], 1) for p in peaks}  # noqa: E731
-    activation = {str(p["tokens"]): round(p["peak_rss_mib"] - p["model_rss_mib"], 1) for p in peaks}
+
+    def by_length(key: str) -> dict:
+        return {str(run["tokens"]): round(run[key], 1) for run in peaks}
+
     ratio = long["peak_rss_mib"] / short["peak_rss_mib"]
-    short_act, long_act = (p["peak_rss_mib"] - p["model_rss_mib"] for p in peaks)
     return {
         "peak_memory_lengths": [short["tokens"], long["tokens"]],
         "model_rss_mib": by_length("model_rss_mib"),
         "peak_rss_mib": by_length("peak_rss_mib"),
-        "activation_mib": activation,
+        "activation_mib": by_length("activation_mib"),
         "lifetime_max_rss_mib": by_length("lifetime_max_rss_mib"),
         "peak_forward_seconds": by_length("seconds"),
         "peak_memory_ratio_32k_vs_4k": round(ratio, 4),
-        "peak_memory_ratio_activation_only": round(long_act / max(short_act, 1e-9), 4),
+        "peak_memory_ratio_activation_only": round(long["activation_mib"] / max(short["activation_mib"], 1e-9), 4),
         "peak_memory_target": PEAK_MEMORY_TARGET,
         "peak_memory_pass": ratio <= PEAK_MEMORY_TARGET,
         "peak_rss_source": short["source"],
@@ -318,7 +349,7 @@ def main(argv=None):
             torch.save(ids, Path(workdir) / "ids.pt")
             peaks = peak_memory(args, Path(workdir))
     times = time_forward(model, ids[:, : args.timing_tokens], args)
-    result = summarise(args, text, times, peaks, time.perf_counter() - started)
+    result = summarise(args, model.config, text, times, peaks, time.perf_counter() - started)
     print_tables(result)
     print(json.dumps(result))
 

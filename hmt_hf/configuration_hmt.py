@@ -56,9 +56,10 @@ class HMTConfig(PretrainedConfig):
         loss_on_last_segment_only (`bool`, *optional*, defaults to `False`):
             Compute the language-modelling loss over the last segment of each sequence only, as the reference
             training code does. The default scores every real token.
-        representation_batch_size (`int`, *optional*, defaults to 64):
-            The representation passes of a call's segments are batched into backbone calls of at most this many
-            segments, which bounds activation memory on very long inputs. `None` runs all of them in one call.
+        representation_batch_size (`int`, *optional*, defaults to 16):
+            The representation passes of a call's segments run batched, in backbone calls of at most this many
+            segments, so activation memory does not grow with the input length (16 covers the paper's deepest
+            BPTT unroll, 15 segments, in one call). `None` runs all of them in one call.
     """
 
     model_type = "hmt"
@@ -78,7 +79,7 @@ class HMTConfig(PretrainedConfig):
         use_sensory_memory: bool = True,
         retrieval_mode: str = "paper",
         loss_on_last_segment_only: bool = False,
-        representation_batch_size: int | None = 64,
+        representation_batch_size: int | None = 16,
         **kwargs,
     ):
         if isinstance(text_config, dict):

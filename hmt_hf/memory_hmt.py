@@ -8,6 +8,7 @@ memory embeddings (at most `N`), `t` recent tokens kept for sensory memory / cau
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, fields
 
@@ -35,18 +36,26 @@ def pack_right(embeds: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, 
     return packed, mask.gather(1, order), lengths
 
 
-def run_backbone(backbone: nn.Module, embeds: torch.Tensor, mask: torch.Tensor, with_logits: bool):
-    """One right-padded backbone pass. Returns `(logits or None, final hidden states (B, m, d))`.
+def run_backbone(backbone: nn.Module, embeds: torch.Tensor, mask: torch.Tensor, logits_to_keep: int | None = None):
+    """One right-padded backbone pass over `embeds` `(B, m, d)`. Returns `(logits, final hidden states (B, m, d))`.
 
-    The final hidden state is the vector the LM head reads (after the final norm, after OPT's `project_out`).
-    An all-valid mask is passed as `None` so the pass is the backbone's plain causal pass, bit for bit.
+    `logits_to_keep=None` skips the LM head (`logits` is None); `n >= 1` returns the logits of the last `n`
+    positions `(B, n, V)`, so the vocabulary projection runs only where logits are used. The final hidden state is
+    the vector the LM head reads (after the final norm, after OPT's `project_out`). An all-valid mask is passed as
+    `None` so the pass is the backbone's plain causal pass, bit for bit.
     """
     attention_mask = None if bool(mask.all()) else mask.long()
-    if with_logits:
-        out = backbone(inputs_embeds=embeds, attention_mask=attention_mask, use_cache=False, output_hidden_states=True)
-        return out.logits, out.hidden_states[-1]
-    out = backbone.base_model(inputs_embeds=embeds, attention_mask=attention_mask, use_cache=False)
-    return None, out.last_hidden_state
+    if logits_to_keep is None:
+        out = backbone.base_model(inputs_embeds=embeds, attention_mask=attention_mask, use_cache=False)
+        return None, out.last_hidden_state
+    keep = 0 if logits_to_keep >= embeds.shape[1] else logits_to_keep  # 0 is transformers' "every position"
+    head_kwargs = (
+        {"logits_to_keep": keep} if "logits_to_keep" in inspect.signature(backbone.forward).parameters else {}
+    )
+    out = backbone(
+        inputs_embeds=embeds, attention_mask=attention_mask, use_cache=False, output_hidden_states=True, **head_kwargs
+    )
+    return out.logits[:, out.logits.shape[1] - min(logits_to_keep, embeds.shape[1]) :], out.hidden_states[-1]
 
 
 class RepresentationEncoder(nn.Module):
@@ -68,7 +77,7 @@ class RepresentationEncoder(nn.Module):
         packed, packed_mask, lengths = pack_right(
             torch.cat([prompt, token_embeds, prompt], 1), torch.cat([ones, token_mask, ones], 1)
         )
-        _, hidden = run_backbone(backbone, packed, packed_mask, with_logits=False)
+        _, hidden = run_backbone(backbone, packed, packed_mask)
         return hidden[torch.arange(rows, device=hidden.device), lengths - 1]
 
 
@@ -132,9 +141,10 @@ class MemoryEmbeddingGenerator(nn.Module):
         sensory_mask: torch.Tensor,
         segment_embeds: torch.Tensor,
         segment_mask: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        with_logits: bool = True,
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """`retrieved` `(B, d)`, sensory `(B, k', d)`/`(B, k')`, segment `(B, L', d)`/`(B, L')` (valid prefix) →
-        segment logits `(B, L', V)` and memory embeddings `M_n` `(B, d)`."""
+        segment logits `(B, L', V)` (None if not `with_logits`) and memory embeddings `M_n` `(B, d)`."""
         rows, seg_len = segment_mask.shape
         memory_slot = retrieved.unsqueeze(1)
         ones = segment_mask.new_ones(rows, 1)
@@ -142,19 +152,29 @@ class MemoryEmbeddingGenerator(nn.Module):
             torch.cat([memory_slot, sensory_embeds, segment_embeds, memory_slot], 1),
             torch.cat([ones, sensory_mask, segment_mask, ones], 1),
         )
-        logits, hidden = run_backbone(backbone, packed, packed_mask, with_logits=True)
+        first_token = 1 + sensory_mask.sum(1)
+        # Logits from the earliest segment position of any row to the end: the LM head skips the memory and sensory
+        # slots (and runs on one position only when no logits are needed).
+        keep = packed.shape[1] - int(first_token.min()) if with_logits else 1
+        logits, hidden = run_backbone(backbone, packed, packed_mask, logits_to_keep=keep)
         row_index = torch.arange(rows, device=hidden.device)
         new_memory = hidden[row_index, lengths - 1]
-        first_token = 1 + sensory_mask.sum(1, keepdim=True)
-        token_index = (first_token + torch.arange(seg_len, device=hidden.device)).clamp(max=packed.shape[1] - 1)
-        return logits[row_index.unsqueeze(1), token_index], new_memory
+        if not with_logits:
+            return None, new_memory
+        start = first_token - (packed.shape[1] - keep)
+        if bool((start == start[0]).all()):  # rows aligned (the usual case): a view, no copy
+            return logits[:, int(start[0]) : int(start[0]) + seg_len], new_memory
+        token_index = (start[:, None] + torch.arange(seg_len, device=hidden.device)).clamp(max=keep - 1)
+        return logits[row_index[:, None], token_index], new_memory
 
 
-def decode_plain_segment(backbone: nn.Module, segment_embeds: torch.Tensor, segment_mask: torch.Tensor):
+def decode_plain_segment(
+    backbone: nn.Module, segment_embeds: torch.Tensor, segment_mask: torch.Tensor, with_logits: bool = True
+) -> torch.Tensor | None:
     """The memory-free pass (`use_memory=False`, the chunked-backbone ablation): segment logits `(B, L', V)`."""
     packed, packed_mask, _ = pack_right(segment_embeds, segment_mask)
-    logits, _ = run_backbone(backbone, packed, packed_mask, with_logits=True)
-    return logits
+    logits, _ = run_backbone(backbone, packed, packed_mask, logits_to_keep=packed.shape[1] if with_logits else 1)
+    return logits if with_logits else None
 
 
 class HMTMemory(nn.Module):

@@ -253,7 +253,8 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
             use_memory (`bool`, defaults to `True`): `False` runs the plain chunked backbone (independent segments,
                 no memory tokens, no sensory memory) — the ablation.
             logits_to_keep (`int`, defaults to 0): if > 0, return logits for the last `logits_to_keep` positions
-                only (the loss still covers every token), which bounds memory on long inputs.
+                only (the loss still covers every token). Without labels, the LM head then runs only on the segments
+                holding those positions, so memory stays flat however long the input.
             output_retrieval_weights (`bool`): also return the memory-search weights of every segment.
         """
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
@@ -301,8 +302,11 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
             start = segment * length
             width = min(length, max_len - start)
             segment_embeds, segment_mask = take(start, width)
+            original = order[:, start : start + width]
+            kept = segment_mask & (original >= total - keep)
+            with_logits = shift_labels is not None or bool(kept.any())
             if not use_memory:
-                logits = decode_plain_segment(self.backbone, segment_embeds, segment_mask)
+                logits = decode_plain_segment(self.backbone, segment_embeds, segment_mask, with_logits)
             else:
                 if config.use_memory_search and segment not in queries:
                     queries = self._encode_queries(state, segment, max_len, take)
@@ -311,29 +315,29 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
                     weights_per_segment.append(weights)
                 sensory_embeds, sensory_mask = self.memory.sensory_memory(state)
                 logits, new_memory = self.memory.memory_embedding_generator(
-                    self.backbone, retrieved, sensory_embeds, sensory_mask, segment_embeds, segment_mask
+                    self.backbone, retrieved, sensory_embeds, sensory_mask, segment_embeds, segment_mask, with_logits
                 )
                 segment_lengths = segment_mask.sum(1)
                 state = state.push(new_memory, segment_lengths > 0, config.num_memory_embeddings)
                 state = state.remember_tokens(segment_embeds, segment_lengths)
-
+            if not with_logits:
+                continue
             if shift_labels is not None:
                 # num_items_in_batch=1 makes the loss function return the summed loss of this segment.
                 segment_loss = self.loss_function(
-                    logits=logits,
+                    logits=logits.contiguous(),
                     labels=None,
                     shift_labels=shift_labels[:, start : start + width].contiguous(),
                     vocab_size=logits.shape[-1],
                     num_items_in_batch=1,
                 )
                 loss_sum = segment_loss if loss_sum is None else loss_sum + segment_loss
-            original = order[:, start : start + width]
-            kept = segment_mask & (original >= total - keep)
             if logits_out is None:
                 logits_out = logits.new_zeros(batch_size, keep, logits.shape[-1])
             if kept.any():
                 rows = torch.arange(batch_size, device=device)[:, None].expand_as(kept)[kept]
                 logits_out.index_put_((rows, original[kept] - (total - keep)), logits[kept])
+            del logits  # so two segments' logits never coexist
 
         loss = None
         if loss_sum is not None:
