@@ -10,9 +10,8 @@ Both are measured side by side in one run, on one document, with the same backbo
   (VmHWM) after it was reset behind model loading and a two-segment warm-up. `ru_maxrss` is reported too, but it
   cannot be reset and de-quantising the GGUF peaks above a short forward.
 
-Both paths still compute the vocabulary logits of every position inside (the backbone returns them, and HMT needs
-them for its loss); `logits_to_keep=1` / keeping the last chunk only stops the kept logits of all positions from
-dominating memory.
+Both paths produce the same output, the last position's logits: HMT with `logits_to_keep=1`, the baseline with
+`logits_to_keep=1` on every chunk, so neither runs the vocabulary projection where nothing reads it.
 
 The cost floor of HMT per segment is `(L + k + 2 + j + 2) / L` backbone positions per new token: the segment pass
 reads memory slot + `k` sensory tokens + `L` tokens + memory slot, the representation pass reads `T` + `j` tokens +
@@ -94,8 +93,8 @@ CONFIG_KEYS = (
 OVERHEAD_TOLERANCE = 1.10
 PEAK_MEMORY_TARGET = 1.10
 LOGITS_NOTE = (
-    "HMT called with logits_to_keep=1; the chunked baseline keeps only the last chunk's logits. Both still compute "
-    "full-vocabulary logits for every position internally."
+    "Both return the last position's logits: HMT with logits_to_keep=1, the chunked backbone with logits_to_keep=1 "
+    "per chunk, so neither runs the LM head where nothing reads it."
 )
 
 
@@ -204,10 +203,11 @@ def peak_memory(args, workdir: Path) -> list[dict]:
 
 # ---------------------------------------------------------------------------------------------------- timing
 def chunked_backbone(backbone, ids: torch.Tensor, length: int):
-    """The baseline: the backbone on independent `length`-token chunks; only the last chunk's logits are kept."""
+    """The baseline: the backbone on independent `length`-token chunks, producing the same output as the HMT call
+    (the last position's logits): like HMT with `logits_to_keep=1`, its LM head runs on one position per chunk."""
     logits = None
     for chunk in ids.split(length, dim=1):
-        logits = backbone(input_ids=chunk, use_cache=False).logits[:, -1:]
+        logits = backbone(input_ids=chunk, use_cache=False, logits_to_keep=1).logits
     return logits
 
 
@@ -338,7 +338,7 @@ def main(argv=None):
     set_threads(args.threads)
     model = load_hmt(args.backbone, gguf_file=args.gguf_file, **hmt_fields(args))
     vocab_size = model.get_input_embeddings().num_embeddings
-    tokens_needed = max(args.timing_tokens, *([] if args.skip_peak else args.peak_lengths))
+    tokens_needed = max([args.timing_tokens, *([] if args.skip_peak else args.peak_lengths)])
     ids, text = document_ids(load_tokenizer(args.backbone, args.gguf_file), tokens_needed, vocab_size)
     peaks = []
     if not args.skip_peak:
