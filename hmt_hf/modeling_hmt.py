@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_hmt import HMTConfig, check_backbone_config
+from .generation_hmt import HMTCache, backbone_step, left_pad
 from .memory_hmt import HMTMemory, HMTMemoryState, decode_plain_segment
 
 try:  # transformers >= 5: init functions that leave already-loaded weights alone
@@ -177,13 +178,30 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
             "overhead_percent": 100 * added / backbone,
         }
 
-    def generate(self, *args, **kwargs):
-        # Decoding must roll segments over (memory embedding, cache, sensory memory) while reusing the backbone's
-        # KV cache; GenerationMixin's default loop would silently re-encode without those rules.
-        raise NotImplementedError(
-            "HMTForCausalLM.generate() with rolling memory is not available in this version; score text with "
-            "forward() or decode with model.backbone.generate() on the last segment."
+    # Decoding carries memory in the cache: assisted decoding cannot rewind it.
+    _is_stateful = True
+
+    def generate(self, inputs=None, generation_config=None, **kwargs):
+        """`GenerationMixin.generate` with rolling memory: prompts of any length, greedy, sampling, beam search.
+        Features HMT cannot honour are refused with a message instead of silently changing the result."""
+        for feature in ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit"):
+            if kwargs.get(feature) is not None:
+                raise ValueError(f"{feature} (assisted decoding) is not supported by HMT: memory cannot be rewound.")
+        cache_implementation = kwargs.get("cache_implementation") or getattr(
+            generation_config, "cache_implementation", None
         )
+        if cache_implementation not in (None, "dynamic"):
+            raise ValueError(
+                f"cache_implementation={cache_implementation!r} is not supported by HMT; its cache (HMTCache) is a "
+                "DynamicCache that also carries the memory. Leave cache_implementation unset."
+            )
+        max_new_tokens = kwargs.get("max_new_tokens", getattr(generation_config, "max_new_tokens", None))
+        if max_new_tokens is not None and max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0.")
+        prompt = inputs if inputs is not None else kwargs.get("input_ids")
+        if prompt is not None and (prompt.numel() == 0 or prompt.shape[-1] == 0):
+            raise ValueError("The prompt is empty; generate() needs at least one token per sequence.")
+        return super().generate(inputs, generation_config=generation_config, **kwargs)
 
     # ------------------------------------------------------------------ chunk-by-chunk conveniences
     @contextlib.contextmanager
@@ -234,6 +252,8 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
         logits_to_keep: int = 0,
         output_retrieval_weights: bool = False,
         return_dict: bool | None = None,
+        past_key_values: HMTCache | None = None,
+        use_cache: bool | None = None,
         **kwargs,
     ) -> HMTCausalLMOutput | tuple:
         r"""
@@ -256,7 +276,21 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
                 only (the loss still covers every token). Without labels, the LM head then runs only on the segments
                 holding those positions, so memory stays flat however long the input.
             output_retrieval_weights (`bool`): also return the memory-search weights of every segment.
+            past_key_values ([`HMTCache`]) / use_cache: decoding mode (what `generate()` uses): the first call
+                closes the prompt's full segments into memory and opens the last one in the backbone's KV cache;
+                later calls append tokens, closing and opening segments as they fill. Returns `past_key_values`.
         """
+        if use_cache or past_key_values is not None:
+            if past_key_values is not None and not isinstance(past_key_values, DynamicCache):
+                raise ValueError(
+                    f"{type(past_key_values).__name__} is not supported: HMT decodes with HMTCache (a DynamicCache);"
+                    " leave cache_implementation unset."
+                )
+            if isinstance(past_key_values, HMTCache):
+                output = self._decode_tokens(input_ids, past_key_values)
+            else:
+                output = self._prefill_prompt(input_ids, attention_mask, memory, logits_to_keep)
+            return output if return_dict is not False else output.to_tuple()
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         config = self.config
         embed_tokens = self.get_input_embeddings()
@@ -397,14 +431,185 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
             return torch.where(exists[:, None], newest, initial), None
         return self.memory.memory_search(query, state.memories, state.memory_mask)
 
-    def _initial_state(self, memory, batch_size, device, dtype) -> HMTMemoryState:
+    # ------------------------------------------------------------------ decoding
+    def _prefill_prompt(self, input_ids, attention_mask, memory, logits_to_keep) -> HMTCausalLMOutput:
+        """Close every full segment of the prompt but the last into memory (the ordinary forward pass), then open
+        the last segment (1 to L tokens) in the backbone's KV cache. Returns the logits of the open segment's last
+        `logits_to_keep` positions (all prompt positions when 0) and the `HMTCache`."""
+        mask = self._check_inputs(input_ids, None, attention_mask, None, logits_to_keep)
+        length = self.config.segment_length
+        lengths = mask.sum(1)
+        order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)
+        closed = (lengths - 1).clamp(min=0) // length * length  # tokens of each row in closed segments
+        embed_tokens = self.get_input_embeddings()
+        state = self._initial_state(memory, input_ids.shape[0], input_ids.device, embed_tokens.weight.dtype)
+        history_logits = None
+        if int(closed.max()) > 0:
+            span = torch.arange(int(closed.max()), device=input_ids.device)
+            history_mask = span < closed[:, None]
+            history = self.forward(
+                input_ids.gather(1, order[:, : span.numel()]).masked_fill(~history_mask, 0),
+                attention_mask=history_mask.long(),
+                memory=state,
+                logits_to_keep=0 if logits_to_keep == 0 else 1,
+            )
+            state, history_logits = history.memory, history.logits
+
+        open_length = lengths - closed
+        span = torch.arange(int(open_length.max()), device=input_ids.device)
+        open_mask = span < open_length[:, None]
+        open_ids = input_ids.gather(1, order.gather(1, (closed[:, None] + span).clamp(max=input_ids.shape[1] - 1)))
+        open_embeds = embed_tokens(open_ids.masked_fill(~open_mask, 0))
+        cache, out = self._open_segments(state, open_embeds, open_mask, logits_to_keep=open_mask.shape[1])
+        logits = out.logits  # (B, max open length, V): every row's open tokens end at the last column
+        if logits_to_keep == 0:
+            logits = self._prompt_logits(mask, order, closed, open_length, history_logits, logits)
+        else:
+            logits = logits[:, -logits_to_keep:]
+        return HMTCausalLMOutput(logits=logits, past_key_values=cache, memory=cache.memory)
+
+    def _prompt_logits(self, mask, order, closed, open_length, history_logits, open_logits):
+        """Assemble `(B, T, V)` logits aligned with the prompt from the closed-segment and open-segment logits."""
+        batch_size, total = mask.shape
+        logits = open_logits.new_zeros(batch_size, total, open_logits.shape[-1])
+        rows = torch.arange(batch_size, device=mask.device)[:, None]
+        if history_logits is not None:
+            span = torch.arange(history_logits.shape[1], device=mask.device)
+            valid = span < closed[:, None]
+            positions = order[:, : span.numel()]
+            logits[rows.expand_as(valid)[valid], positions[valid]] = history_logits[valid]
+        span = torch.arange(open_logits.shape[1], device=mask.device)
+        valid = span >= open_logits.shape[1] - open_length[:, None]
+        source = (closed[:, None] + span - (open_logits.shape[1] - open_length[:, None])).clamp(0, total - 1)
+        positions = order.gather(1, source)
+        logits[rows.expand_as(valid)[valid], positions[valid]] = open_logits[valid]
+        return logits
+
+    def _open_segments(self, state: HMTMemoryState, token_embeds, token_mask, logits_to_keep: int = 1):
+        """Open a segment per row holding `token_embeds` `(B, n, d)` (valid prefix `token_mask`): read `P_n`, run
+        `[P_n ‖ sensory ‖ tokens]` into a fresh `HMTCache`. Returns the cache and the backbone output."""
+        retrieved = self._read_memory_for_open_segment(state, token_embeds, token_mask)
+        sensory_embeds, sensory_mask = self.memory.sensory_memory(state)
+        ones = token_mask.new_ones(token_mask.shape[0], 1)
+        context, context_mask = left_pad(
+            torch.cat([retrieved.unsqueeze(1), sensory_embeds, token_embeds], 1),
+            torch.cat([ones, sensory_mask, token_mask], 1),
+        )
+        length = self.config.segment_length
+        segment_embeds = F.pad(token_embeds * token_mask.unsqueeze(-1), (0, 0, 0, length - token_embeds.shape[1]))
+        cache = HMTCache(
+            self.backbone.config,
+            memory=state,
+            retrieved=retrieved,
+            segment_embeds=segment_embeds,
+            segment_length=token_mask.sum(1),
+            context_embeds=context[:, :0],
+            context_mask=context_mask[:, :0],
+        )
+        out = backbone_step(self.backbone, cache, context, context_mask, logits_to_keep)
+        return cache, out
+
+    def _read_memory_for_open_segment(self, state: HMTMemoryState, token_embeds, token_mask) -> torch.Tensor:
+        """`P_n` `(B, d)` for segments opened while decoding. A row whose first `j` tokens are known (a prompt
+        segment) in paper mode uses Eq. 1 on them, as the forward pass does; otherwise the query reads the `j` tokens
+        before the segment (the causal rule), because the segment's own first `j` tokens do not exist yet."""
         config = self.config
+        if not config.use_memory_search:
+            return self._read_memory(state, None)[0]
+        j = config.representation_length
+        known = token_mask.sum(1) >= j
+        query_tokens, query_mask = state.recent_embeds[:, -j:], state.recent_mask[:, -j:]
+        if config.retrieval_mode == "paper" and bool(known.any()) and token_embeds.shape[1] >= j:
+            query_tokens = torch.where(known[:, None, None], token_embeds[:, :j], query_tokens)
+            query_mask = torch.where(known[:, None], token_mask[:, :j], query_mask)
+        needed = state.cache_size > 0
+        queries = query_tokens.new_zeros(query_tokens.shape[0], query_tokens.shape[-1])
+        if bool(needed.any()):
+            queries[needed] = self.memory.representation_encoder(
+                self.backbone, query_tokens[needed], query_mask[needed]
+            )
+        return self._read_memory(state, queries)[0]
+
+    def _decode_tokens(self, input_ids, cache: HMTCache) -> HMTCausalLMOutput:
+        """Append `input_ids` `(B, n)` to the open segments one token at a time, rolling segments over when full."""
+        embed_tokens = self.get_input_embeddings()
+        for column in range(input_ids.shape[1]):
+            token = embed_tokens(input_ids[:, column : column + 1])
+            closing = cache.segment_length >= self.config.segment_length
+            if bool(closing.any()):
+                cache, out = self._roll_over(cache, closing, token)
+            else:
+                out = backbone_step(self.backbone, cache, token, closing.new_ones(closing.shape[0], 1))
+                self._append_token(cache, token)
+        return HMTCausalLMOutput(logits=out.logits[:, -1:], past_key_values=cache, memory=cache.memory)
+
+    def _append_token(self, cache: HMTCache, token: torch.Tensor):
+        index = cache.segment_length.clamp(max=self.config.segment_length - 1)[:, None, None]
+        cache.segment_embeds = cache.segment_embeds.scatter(1, index.expand(-1, 1, token.shape[-1]), token)
+        cache.segment_length = cache.segment_length + 1
+
+    def _roll_over(self, cache: HMTCache, closing: torch.Tensor, token: torch.Tensor):
+        """Close the full segments of the `closing` rows (Eq. 5: feed `P_n` after their tokens; the final hidden
+        state there is `M_n`), open new ones holding `token`, and rebuild the KV cache of every row's context."""
+        config = self.config
+        closed = backbone_step(self.backbone, cache, cache.retrieved.unsqueeze(1), closing.unsqueeze(1))
+        new_memory = closed.hidden_states[-1][:, -1]
+        state = cache.memory.push(new_memory, closing, config.num_memory_embeddings)
+        state = state.remember_tokens(cache.segment_embeds, cache.segment_length * closing)
+
+        retrieved = torch.where(
+            closing[:, None],
+            self._read_memory_for_open_segment(state, token[:, :0], closing[:, None][:, :0]),
+            cache.retrieved,
+        )
+        sensory_embeds, sensory_mask = self.memory.sensory_memory(state)
+        ones = closing.new_ones(closing.shape[0], 1)
+        opened = torch.cat([retrieved.unsqueeze(1), sensory_embeds, token], 1)
+        opened_mask = torch.cat([ones, sensory_mask, ones], 1)
+        kept = torch.cat([cache.context_embeds[:, :-1], token], 1)  # without the P_n fed above
+        kept_mask = torch.cat([cache.context_mask[:, :-1], ones], 1)
+        width = max(opened.shape[1], kept.shape[1])
+        opened, opened_mask = (
+            F.pad(opened, (0, 0, width - opened.shape[1], 0)),
+            F.pad(opened_mask, (width - opened.shape[1], 0)),
+        )
+        kept, kept_mask = F.pad(kept, (0, 0, width - kept.shape[1], 0)), F.pad(kept_mask, (width - kept.shape[1], 0))
+        context, context_mask = left_pad(
+            torch.where(closing[:, None, None], opened, kept), torch.where(closing[:, None], opened_mask, kept_mask)
+        )
+        appended = HMTCache(
+            self.backbone.config,
+            state,
+            retrieved,
+            cache.segment_embeds,
+            cache.segment_length,
+            context[:, :0],
+            context_mask[:, :0],
+        )
+        self._append_token(appended, token)
+        first_token = F.pad(token, (0, 0, 0, config.segment_length - 1))
+        appended.segment_embeds = torch.where(closing[:, None, None], first_token, appended.segment_embeds)
+        appended.segment_length = torch.where(
+            closing, torch.ones_like(appended.segment_length), appended.segment_length
+        )
+        out = backbone_step(self.backbone, appended, context, context_mask)
+        return appended, out
+
+    def empty_memory(self, batch_size: int = 1) -> HMTMemoryState:
+        """The memory of `batch_size` documents that have not started, on the model's device."""
+        config = self.config
+        # Recent tokens feed sensory memory and causal queries (which decoding uses in both retrieval modes).
         recent = max(
             config.sensory_memory_size if config.use_sensory_memory else 0,
-            config.representation_length if config.retrieval_mode == "causal" else 0,
+            config.representation_length if config.use_memory_search else 0,
         )
+        weight = self.get_input_embeddings().weight
+        return HMTMemoryState.empty(batch_size, config.hidden_dim, recent, weight.device, weight.dtype)
+
+    def _initial_state(self, memory, batch_size, device, dtype) -> HMTMemoryState:
+        config = self.config
         if memory is None:
-            return HMTMemoryState.empty(batch_size, config.hidden_dim, recent, device, dtype)
+            return self.empty_memory(batch_size).to(device)
         if not isinstance(memory, HMTMemoryState):
             raise TypeError(
                 f"memory must be the HMTMemoryState of a previous output (out.memory), not {type(memory)}."
@@ -414,6 +619,7 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
                 f"memory holds {memory.batch_size} sequences but the input has {batch_size}; pass the memory of the "
                 "same batch of documents (or memory.index_select(rows) to pick sequences)."
             )
+        recent = self.empty_memory(0).recent_embeds.shape[1]
         if memory.memories.shape[-1] != config.hidden_dim or memory.recent_embeds.shape[1] != recent:
             raise ValueError("memory was produced by an HMT with a different configuration than this model.")
         return memory.to(device)

@@ -6,8 +6,6 @@ import pytest
 import torch
 from conftest import make_hmt
 
-from hmt_hf import HMTMemoryState
-
 LENGTH = 32  # 4 segments of L=8; j=4
 
 
@@ -35,7 +33,7 @@ def test_causal_mode_no_prediction_depends_on_a_later_token(model_type):
 def distinct_memories(model, count=4):
     """A continued document whose cache holds `count` clearly different memory embeddings. (In a tiny random model
     every memory embedding the model writes is nearly the same vector, so retrieval could not matter.)"""
-    state = HMTMemoryState.empty(1, model.config.hidden_dim, model.config.sensory_memory_size, "cpu", torch.float32)
+    state = model.empty_memory(1)
     generator = torch.Generator().manual_seed(1)
     return dataclasses.replace(
         state,
@@ -60,10 +58,7 @@ def test_paper_mode_leak_is_measured_and_confined_to_the_first_j_tokens_of_each_
     assert leak[~expected].max() <= 1e-5, leak
     print(f"paper-mode leak: max |Δlogit| {leak.max():.3e} at {int(expected.sum())} of {LENGTH - 1} positions")
     causal = make_hmt("llama", retrieval_mode="causal", num_memory_embeddings=16)
-    causal_memory = dataclasses.replace(
-        memory, recent_embeds=torch.randn(1, 4, model.config.hidden_dim) * 0.02, recent_mask=torch.ones(1, 4).bool()
-    )
-    assert future_dependence(causal, memory=causal_memory).max() <= 1e-5
+    assert future_dependence(causal, memory=memory).max() <= 1e-5
 
 
 def test_without_memory_search_paper_mode_is_causal():

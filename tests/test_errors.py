@@ -89,8 +89,3 @@ def test_corrupt_checkpoint_is_reported(tmp_path):
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(Exception, match=r"(?i)safetensors|header|corrupt|deserializ|incomplete"):
         AutoModelForCausalLM.from_pretrained(tmp_path)
-
-
-def test_generate_is_refused_with_a_message_until_rolling_memory_decoding_exists():
-    with pytest.raises(NotImplementedError, match="rolling memory"):
-        make_hmt("llama").generate(torch.ones(1, 4, dtype=torch.long))
