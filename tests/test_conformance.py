@@ -94,7 +94,8 @@ def saved_models(tmp_path_factory):
         model.save_pretrained(path)
         ids = random_ids()
         with torch.no_grad():
-            torch.save({"ids": ids, "logits": model(ids).logits}, path / "reference.pt")
+            generated = model.generate(ids[:1, :13], max_new_tokens=12, do_sample=False, pad_token_id=0)
+            torch.save({"ids": ids, "logits": model(ids).logits, "generated": generated}, path / "reference.pt")
         saved[model_type] = path
     return saved
 
@@ -104,7 +105,8 @@ def saved_models(tmp_path_factory):
 def test_save_and_load_with_auto_class_gives_identical_logits(model_type, saved_models):
     path = saved_models[model_type]
     files = set(os.listdir(path))
-    assert {"model.safetensors", "config.json", "configuration_hmt.py", "modeling_hmt.py", "memory_hmt.py"} <= files
+    expected = {"model.safetensors", "config.json", "configuration_hmt.py", "modeling_hmt.py", "memory_hmt.py"}
+    assert expected | {"generation_hmt.py"} <= files
     config = json.loads((path / "config.json").read_text())
     assert config["auto_map"] == {
         "AutoConfig": "configuration_hmt.HMTConfig",
@@ -127,7 +129,12 @@ for name, path in json.loads(sys.argv[1]).items():
     reference = torch.load(path + "/reference.pt")
     with torch.no_grad():
         logits = model(reference["ids"]).logits
-    results[name] = {"module": type(model).__module__, "max_abs_diff": (logits - reference["logits"]).abs().max().item()}
+        generated = model.generate(reference["ids"][:1, :13], max_new_tokens=12, do_sample=False, pad_token_id=0)
+    results[name] = {
+        "module": type(model).__module__,
+        "max_abs_diff": (logits - reference["logits"]).abs().max().item(),
+        "same_generation": torch.equal(generated, reference["generated"]),
+    }
 print(json.dumps(results))
 """
 
@@ -149,3 +156,4 @@ def test_remote_code_load_without_the_package(model_type, remote_code_results):
     result = remote_code_results[model_type]
     assert result["module"].startswith("transformers_modules."), result
     assert result["max_abs_diff"] == 0.0
+    assert result["same_generation"]

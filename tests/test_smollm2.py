@@ -81,3 +81,31 @@ def test_gguf_derived_hmt_saves_and_reloads(smollm2, hamlet_ids, tmp_path):
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     ids = hamlet_ids[:, :200]
     assert torch.equal(reloaded(ids).logits, model(ids).logits)
+
+
+@torch.no_grad()
+def test_greedy_generation_across_a_rollover_and_the_text_generation_pipeline(smollm2, hamlet_ids, capsys):
+    from transformers import TextStreamer, pipeline
+
+    _, tokenizer = smollm2
+    model = HMTForCausalLM.from_backbone(
+        smollm2[0].backbone, segment_length=32, sensory_memory_size=8, retrieval_mode="causal"
+    ).eval()
+    prompt = hamlet_ids[:, :40]  # the open segment holds 8 prompt tokens; decoding rolls over at 64
+    out = model.generate(
+        prompt,
+        max_new_tokens=30,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        streamer=TextStreamer(tokenizer),
+    )
+    forced = model(out.sequences).logits[0, 39:-1]
+    torch.testing.assert_close(torch.cat(out.logits), forced, atol=1e-3, rtol=0)
+    assert torch.equal(forced.argmax(-1), out.sequences[0, 40:])
+    streamed = capsys.readouterr().out
+    assert tokenizer.decode(out.sequences[0, 40:]).strip()[:20] in streamed
+    text = pipeline("text-generation", model=model, tokenizer=tokenizer)(
+        tokenizer.decode(prompt[0]), max_new_tokens=30, do_sample=False, return_full_text=False
+    )[0]["generated_text"]
+    assert text.strip() and text == tokenizer.decode(out.sequences[0, 40:], skip_special_tokens=True)
