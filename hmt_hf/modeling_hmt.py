@@ -509,7 +509,7 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
         out = backbone_step(self.backbone, cache, context, context_mask, logits_to_keep)
         return cache, out
 
-    def _read_memory_for_open_segment(self, state: HMTMemoryState, token_embeds, token_mask) -> torch.Tensor:
+    def _read_memory_for_open_segment(self, state: HMTMemoryState, token_embeds=None, token_mask=None) -> torch.Tensor:
         """`P_n` `(B, d)` for segments opened while decoding. A row whose first `j` tokens are known (a prompt
         segment) in paper mode uses Eq. 1 on them, as the forward pass does; otherwise the query reads the `j` tokens
         before the segment (the causal rule), because the segment's own first `j` tokens do not exist yet."""
@@ -517,9 +517,9 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
         if not config.use_memory_search:
             return self._read_memory(state, None)[0]
         j = config.representation_length
-        known = token_mask.sum(1) >= j
         query_tokens, query_mask = state.recent_embeds[:, -j:], state.recent_mask[:, -j:]
-        if config.retrieval_mode == "paper" and bool(known.any()) and token_embeds.shape[1] >= j:
+        known = None if token_mask is None else token_mask.sum(1) >= j
+        if config.retrieval_mode == "paper" and known is not None and bool(known.any()):
             query_tokens = torch.where(known[:, None, None], token_embeds[:, :j], query_tokens)
             query_mask = torch.where(known[:, None], token_mask[:, :j], query_mask)
         needed = state.cache_size > 0
@@ -557,25 +557,17 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
         state = cache.memory.push(new_memory, closing, config.num_memory_embeddings)
         state = state.remember_tokens(cache.segment_embeds, cache.segment_length * closing)
 
-        retrieved = torch.where(
-            closing[:, None],
-            self._read_memory_for_open_segment(state, token[:, :0], closing[:, None][:, :0]),
-            cache.retrieved,
-        )
+        retrieved = torch.where(closing[:, None], self._read_memory_for_open_segment(state), cache.retrieved)
         sensory_embeds, sensory_mask = self.memory.sensory_memory(state)
         ones = closing.new_ones(closing.shape[0], 1)
         opened = torch.cat([retrieved.unsqueeze(1), sensory_embeds, token], 1)
         opened_mask = torch.cat([ones, sensory_mask, ones], 1)
         kept = torch.cat([cache.context_embeds[:, :-1], token], 1)  # without the P_n fed above
         kept_mask = torch.cat([cache.context_mask[:, :-1], ones], 1)
-        width = max(opened.shape[1], kept.shape[1])
-        opened, opened_mask = (
-            F.pad(opened, (0, 0, width - opened.shape[1], 0)),
-            F.pad(opened_mask, (width - opened.shape[1], 0)),
-        )
-        kept, kept_mask = F.pad(kept, (0, 0, width - kept.shape[1], 0)), F.pad(kept_mask, (width - kept.shape[1], 0))
+        # Each row keeps either its old context plus the token or the new segment's context: one packing picks it.
         context, context_mask = left_pad(
-            torch.where(closing[:, None, None], opened, kept), torch.where(closing[:, None], opened_mask, kept_mask)
+            torch.cat([kept, opened], 1),
+            torch.cat([kept_mask & ~closing[:, None], opened_mask & closing[:, None]], 1),
         )
         appended = HMTCache(
             self.backbone.config,

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, os.path.dirname(__file__))
+# Test the checkout these tests live in, whatever else is installed.
+sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(__file__)]
 
 from tiny_backbones import tiny_config  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
