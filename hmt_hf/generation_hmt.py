@@ -43,7 +43,6 @@ class HMTCache(DynamicCache):
         context_mask,
     ):
         super().__init__(config=backbone_config)
-        self.backbone_config = backbone_config
         self.memory = memory
         self.retrieved = retrieved
         self.segment_embeds = segment_embeds

@@ -376,9 +376,7 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
         loss = None
         if loss_sum is not None:
             denominator = num_items_in_batch if num_items_in_batch is not None else (shift_labels != -100).sum()
-            if torch.is_tensor(denominator):
-                denominator = denominator.to(loss_sum.device).clamp(min=1)
-            loss = loss_sum / max(denominator, 1) if not torch.is_tensor(denominator) else loss_sum / denominator
+            loss = loss_sum / torch.as_tensor(denominator, device=loss_sum.device).clamp(min=1)
         self._memory_state = state.detach()
         output = HMTCausalLMOutput(
             loss=loss,
