@@ -1,0 +1,35 @@
+"""The `hmt-hf` command: `hmt-hf prepare-data ...`, `hmt-hf reproduce ...`.
+
+Each subcommand lives in the module that implements it; that module defines `add_arguments(parser)` and
+`run(args) -> int`. Modules are imported only when their subcommand runs, so `hmt-hf --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "prepare-data": ("hmt_hf.data.corpora", "Build offline long-document corpora (books, wiki, arxiv) on disk."),
+    "reproduce": ("hmt_hf.evaluation.reproduce", "Run named experiments that reproduce the paper's tables/figures."),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="hmt-hf", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in SUBCOMMANDS.items():
+        subparsers.add_parser(name, help=help_text, add_help=False)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
+        parser.parse_args(argv or ["--help"])
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
+    subparser = argparse.ArgumentParser(prog=f"hmt-hf {argv[0]}", description=SUBCOMMANDS[argv[0]][1])
+    module.add_arguments(subparser)
+    return int(module.run(subparser.parse_args(argv[1:])) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
