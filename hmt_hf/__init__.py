@@ -12,6 +12,7 @@ from .memory_hmt import (
     SensoryMemory,
 )
 from .modeling_hmt import HMTCausalLMOutput, HMTForCausalLM, HMTPreTrainedModel
+from .streaming import HMTStream, StreamScore
 
 __version__ = "0.1.0"
 
@@ -28,8 +29,10 @@ __all__ = [
     "HMTMemory",
     "HMTMemoryState",
     "HMTPreTrainedModel",
+    "HMTStream",
     "MemoryEmbeddingGenerator",
     "MemorySearch",
     "RepresentationEncoder",
     "SensoryMemory",
+    "StreamScore",
 ]

@@ -219,10 +219,11 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
         """Forget the memory of the last call (what `carry_memory()` continues from and `get_memory_stats()` reads)."""
         self._memory_state = None
 
-    def get_memory_stats(self) -> dict:
-        """Memory after the last call: cached memory embeddings (max over the batch), cache capacity `N`, whether
-        sensory memory is active for the next segment and how many tokens it holds, and segments processed."""
-        state = self._memory_state
+    def get_memory_stats(self, memory: HMTMemoryState | None = None) -> dict:
+        """Memory after the last call (or of `memory`): cached memory embeddings (max over the batch), cache capacity
+        `N`, whether sensory memory is active for the next segment and how many tokens it holds, and segments
+        processed."""
+        state = memory if memory is not None else self._memory_state
         sensory = self.memory.sensory_memory.size
         if state is None:
             cache_size = sensory_tokens = segments = 0

