@@ -12,6 +12,7 @@ and a new segment is opened with a freshly retrieved `P_{n+1}` and the last `k` 
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -82,19 +83,31 @@ def left_pad(embeds: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, to
     return embeds.gather(1, order.unsqueeze(-1).expand(-1, -1, embeds.shape[-1])), mask.gather(1, order)
 
 
-def backbone_step(backbone, cache: HMTCache, embeds: torch.Tensor, new_mask: torch.Tensor, logits_to_keep: int = 1):
+@functools.cache
+def _takes_position_ids(backbone_class: type) -> bool:
+    return "position_ids" in inspect.signature(backbone_class.forward).parameters
+
+
+def backbone_step(
+    backbone,
+    cache: HMTCache,
+    embeds: torch.Tensor,
+    new_mask: torch.Tensor,
+    logits_to_keep: int = 1,
+    output_hidden_states: bool = False,
+):
     """Run `embeds` `(B, n, d)` after the cached context. `new_mask` `(B, n)` marks real new positions; positions
     restart at each segment (each row counts its own real context positions). Returns the backbone output."""
     mask = torch.cat([cache.context_mask, new_mask], 1)
     kwargs = {}
-    if "position_ids" in inspect.signature(backbone.forward).parameters:
+    if _takes_position_ids(type(backbone)):
         kwargs["position_ids"] = (mask.long().cumsum(1) - 1).clamp(min=0)[:, -embeds.shape[1] :]
     out = backbone(
         inputs_embeds=embeds,
         attention_mask=mask.long(),
         past_key_values=cache,
         use_cache=True,
-        output_hidden_states=True,
+        output_hidden_states=output_hidden_states,
         logits_to_keep=logits_to_keep,
         **kwargs,
     )

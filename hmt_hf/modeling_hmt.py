@@ -551,7 +551,9 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
         """Close the full segments of the `closing` rows (Eq. 5: feed `P_n` after their tokens; the final hidden
         state there is `M_n`), open new ones holding `token`, and rebuild the KV cache of every row's context."""
         config = self.config
-        closed = backbone_step(self.backbone, cache, cache.retrieved.unsqueeze(1), closing.unsqueeze(1))
+        closed = backbone_step(
+            self.backbone, cache, cache.retrieved.unsqueeze(1), closing.unsqueeze(1), output_hidden_states=True
+        )
         new_memory = closed.hidden_states[-1][:, -1]
         state = cache.memory.push(new_memory, closing, config.num_memory_embeddings)
         state = state.remember_tokens(cache.segment_embeds, cache.segment_length * closing)
