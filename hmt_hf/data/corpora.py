@@ -47,6 +47,7 @@ PARI_INSTALL = (
 )
 # Wikilinks to these namespaces are images, categories and other languages, not article text.
 WIKI_NON_TEXT_LINKS = ("file", "image", "category", "media")
+WIKI_NON_TEXT_TAGS = ("ref", "references", "gallery", "timeline", "score", "graph")
 GUTENBERG_START = re.compile(r"^\*\*\* ?START OF (THE|THIS) PROJECT GUTENBERG.*$", re.MULTILINE | re.IGNORECASE)
 GUTENBERG_END = re.compile(r"^(\*\*\* ?END OF (THE|THIS) PROJECT GUTENBERG|End of (the )?Project Gutenberg).*$",
                            re.MULTILINE | re.IGNORECASE)  # fmt: skip
@@ -117,7 +118,13 @@ def wiki_markup_to_text(wikitext: str) -> str:
     # every link, which costs more than parsing.
     for link in [node for node in code.ifilter_wikilinks(recursive=True) if _is_non_text_link(node)]:
         link.title, link.text = "", None
+    # Citations would otherwise be glued into the sentence they support ("... mathematician.Toole 1998").
+    for tag in [
+        node for node in code.ifilter_tags(recursive=True) if str(node.tag).strip().lower() in WIKI_NON_TEXT_TAGS
+    ]:
+        tag.contents = ""
     text = code.strip_code(normalize=True, collapse=True)
+    text = "\n".join(line.strip() for line in text.splitlines())
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
