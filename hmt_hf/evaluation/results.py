@@ -1,0 +1,775 @@
+"""Keeping runs comparable: the experiment configuration, the run directory, `metrics.json` and its schema, and the
+per-sample cache that lets an interrupted evaluation resume.
+
+A run directory (`ResultLogger.exp_dir`) holds:
+
+    metrics.json          every metric with its unit, the full config, git commit, seed, library versions, device
+                          (schema `METRICS_SCHEMA`, version `SCHEMA_VERSION`; `validate_metrics` checks a file)
+    summary.md            the tables a person reads, with the protocol and weights behind every number
+    tables/*.csv|*.tex    one long-format CSV per experiment, and LaTeX pivot tables
+    plots/*.png           PPL vs length, ablation bars, efficiency bars, training curves
+    comparison.md|.csv    this run next to earlier runs of the same name in the same output folder
+    cache/samples.jsonl   one line per (model, sample) scored: rerunning into this directory skips them
+
+`metrics.json`, schema `hmt_hf.metrics/1`:
+
+| key | content |
+|---|---|
+| `schema_version` | `"hmt_hf.metrics/1"` |
+| `run_id`, `name` | the run directory's name; the experiment name given to the logger |
+| `created_at`, `updated_at` | ISO 8601 UTC |
+| `status` | `running`, `partial` (interrupted or some experiment failed), `complete` |
+| `experiments` | one entry per named experiment: `name`, `paper_item`, `seed_names`, `status` (`complete`, `skipped`, `failed`), `reason`, `seconds` |
+| `config`, `config_fingerprint` | the full `ExperimentConfig`; a hash of it |
+| `seed`, `git` (`commit`, `dirty`), `environment` (`python`, `platform`, `libraries`, `device`) | provenance |
+| `data` | the token stream: source, tokens, documents, bytes |
+| `models` | name -> the scorer's description (method, window, HMT fields, retrieval mode, checkpoint, weights) |
+| `metrics` | list of `{experiment, paper_item, model, variant, metric, value, unit, protocol, retrieval_mode, sequence_length, num_samples, num_tokens, weights, note}` |
+| `series` | curves (training loss): `{experiment, model, name, x_label, y_label, unit, x, y}` |
+| `notes` | statements a reader needs (untrained weights, skipped lengths, unscored tokens) |
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+SCHEMA_VERSION = "hmt_hf.metrics/1"
+
+# Units every metric name carries (a metric logged under another name must give its unit explicitly).
+METRIC_UNITS = {
+    "perplexity": "perplexity",
+    "mean_sample_perplexity": "perplexity",
+    "loss": "nats/token",
+    "bits_per_byte": "bits/byte",
+    "top_1_accuracy": "fraction",
+    "top_5_accuracy": "fraction",
+    "num_scored_tokens": "tokens",
+    "num_unscored_tokens": "tokens",
+    "latency_per_sample_ms_p50": "ms",
+    "latency_per_sample_ms_p95": "ms",
+    "latency_per_sample_ms_p99": "ms",
+    "latency_per_step_ms_p50": "ms",
+    "latency_per_step_ms_p95": "ms",
+    "latency_per_step_ms_p99": "ms",
+    "throughput": "tokens/s",
+    "peak_memory": "MiB",
+    "forward_flops_per_token": "FLOPs/token",
+    "positions_per_token": "positions/token",
+    "parameters": "parameters",
+    "memory_parameters": "parameters",
+    "parameter_overhead": "%",
+    "speedup": "x",
+    "relative_change": "%",
+    "train_runtime": "s",
+    "final_train_loss": "nats/token",
+    "final_eval_loss": "nats/token",
+    "final_eval_perplexity": "perplexity",
+}
+
+
+# ---------------------------------------------------------------------------------------------------- config
+@dataclass
+class ExperimentConfig:
+    """Everything that defines an evaluation run, recorded in full in `metrics.json` (and hashed into its
+    `config_fingerprint`, so runs with different settings are never mixed up).
+
+    The first block is the seed notebook's interface (`ExperimentConfig(name=..., model_name=..., dataset=...,
+    segment_length=..., ...)`). HMT fields left `None` take the loaded checkpoint's value, or the paper's default
+    for a fresh HMT (L=1024, j=L/2, k=32, N=300).
+    """
+
+    name: str = "hmt_evaluation"
+    model_name: str = "smollm2"
+    dataset: str = "shakespeare"
+    segment_length: int | None = None
+    num_memory_embeddings: int | None = None
+    sensory_memory_size: int | None = None
+    batch_size: int = 1
+    learning_rate: float | None = None
+    seed: int = 42
+    paper_table: str | None = None
+
+    # Model
+    representation_length: int | None = None
+    memory_search_dim: int | None = None
+    retrieval_mode: str | None = None
+    gguf_file: str | None = None
+    tokenizer_name: str | None = None
+    dtype: str = "float32"
+    device: str = "auto"
+    rmt_checkpoint: str | None = None
+    variant_checkpoints: dict[str, str] = field(default_factory=dict)
+    training_runs: dict[str, list[str]] = field(default_factory=dict)
+
+    # Data and protocol
+    data_dir: str | None = None
+    experiments: list[str] = field(default_factory=lambda: ["ppl_vs_length"])
+    sequence_lengths: list[int] = field(default_factory=lambda: [2048, 10240, 30720, 61440, 102400])
+    long_length: int = 30720
+    ablation_length: int | None = None
+    num_samples: int = 10
+    protocols: list[str] = field(default_factory=lambda: ["last_segment"])
+    sample_stride: int | None = None
+    top_k: list[int] = field(default_factory=lambda: [1, 5])
+    max_logit_positions: int = 2048
+
+    # Baselines
+    baselines: list[str] = field(
+        default_factory=lambda: ["hmt", "rmt", "chunked", "sliding_window", "vanilla", "full_context"]
+    )
+    window_size: int | None = None
+    window_stride: int | None = None
+    vanilla_max_length: int | None = None
+    truncation_strategy: str = "tail"
+
+    # Ablations and efficiency
+    sensory_sizes: list[int] = field(default_factory=lambda: [8, 16, 32, 64, 128])
+    cache_sizes: list[int] = field(default_factory=lambda: [100, 200, 300, 400])
+    bptt_depths: list[int] = field(default_factory=lambda: [2, 5, 15])
+    efficiency_length: int | None = None
+    efficiency_warmup: int = 1
+    efficiency_repeats: int = 5
+    pubmedqa_data: str | None = None
+
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> ExperimentConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"Unknown ExperimentConfig fields {unknown}; known fields: {sorted(known)}.")
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> ExperimentConfig:
+        with open(path, encoding="utf-8") as handle:
+            return cls.from_dict(json.load(handle))
+
+    def fingerprint(self, ignore: tuple[str, ...] = ("experiments", "notes", "name", "paper_table")) -> str:
+        """A hash of the settings that change numbers (not which experiments run, not notes or names)."""
+        values = {k: v for k, v in self.to_dict().items() if k not in ignore}
+        return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------------- schema
+_NULLABLE_STRING = {"type": ["string", "null"]}
+_NULLABLE_INT = {"type": ["integer", "null"]}
+
+METRICS_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "hmt_hf evaluation run (metrics.json)",
+    "type": "object",
+    "required": [
+        "schema_version",
+        "run_id",
+        "name",
+        "created_at",
+        "updated_at",
+        "status",
+        "experiments",
+        "config",
+        "config_fingerprint",
+        "seed",
+        "git",
+        "environment",
+        "data",
+        "models",
+        "metrics",
+        "series",
+        "notes",
+    ],
+    "additionalProperties": False,
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "run_id": {"type": "string", "minLength": 1},
+        "name": {"type": "string", "minLength": 1},
+        "created_at": {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT"},
+        "updated_at": {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT"},
+        "status": {"enum": ["running", "partial", "complete"]},
+        "experiments": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "paper_item", "seed_names", "status", "reason", "seconds"],
+                "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string"},
+                    "paper_item": {"type": "string"},
+                    "seed_names": {"type": "array", "items": {"type": "string"}},
+                    "status": {"enum": ["complete", "skipped", "failed"]},
+                    "reason": _NULLABLE_STRING,
+                    "seconds": {"type": ["number", "null"], "minimum": 0},
+                },
+            },
+        },
+        "config": {"type": "object"},
+        "config_fingerprint": {"type": "string", "minLength": 1},
+        "seed": {"type": "integer"},
+        "git": {
+            "type": "object",
+            "required": ["commit", "dirty"],
+            "properties": {"commit": _NULLABLE_STRING, "dirty": {"type": ["boolean", "null"]}},
+        },
+        "environment": {
+            "type": "object",
+            "required": ["python", "platform", "libraries", "device"],
+            "properties": {
+                "python": {"type": "string"},
+                "platform": {"type": "string"},
+                "libraries": {"type": "object"},
+                "device": {
+                    "type": "object",
+                    "required": ["type", "name"],
+                    "properties": {"type": {"type": "string"}, "name": {"type": "string"}},
+                },
+            },
+        },
+        "data": {"type": ["object", "null"]},
+        "models": {"type": "object"},
+        "metrics": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": [
+                    "experiment",
+                    "paper_item",
+                    "model",
+                    "variant",
+                    "metric",
+                    "value",
+                    "unit",
+                    "protocol",
+                    "retrieval_mode",
+                    "sequence_length",
+                    "num_samples",
+                    "num_tokens",
+                    "weights",
+                    "note",
+                ],
+                "additionalProperties": False,
+                "properties": {
+                    "experiment": {"type": "string", "minLength": 1},
+                    "paper_item": _NULLABLE_STRING,
+                    "model": {"type": "string", "minLength": 1},
+                    "variant": _NULLABLE_STRING,
+                    "metric": {"type": "string", "minLength": 1},
+                    "value": {"type": ["number", "null"]},
+                    "unit": {"type": "string", "minLength": 1},
+                    "protocol": {"enum": ["last_segment", "all_tokens", None]},
+                    "retrieval_mode": {"enum": ["paper", "causal", None]},
+                    "sequence_length": _NULLABLE_INT,
+                    "num_samples": _NULLABLE_INT,
+                    "num_tokens": _NULLABLE_INT,
+                    "weights": _NULLABLE_STRING,
+                    "note": _NULLABLE_STRING,
+                },
+            },
+        },
+        "series": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["experiment", "model", "name", "x_label", "y_label", "unit", "x", "y"],
+                "properties": {
+                    "experiment": {"type": "string"},
+                    "model": {"type": "string"},
+                    "name": {"type": "string"},
+                    "x_label": {"type": "string"},
+                    "y_label": {"type": "string"},
+                    "unit": {"type": "string"},
+                    "x": {"type": "array", "items": {"type": "number"}},
+                    "y": {"type": "array", "items": {"type": ["number", "null"]}},
+                },
+            },
+        },
+        "notes": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+
+class SchemaError(ValueError):
+    """`metrics.json` does not follow `METRICS_SCHEMA`; the message lists every violation with its JSON path."""
+
+
+_JSON_TYPES = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "boolean": bool,
+    "null": type(None),
+}
+
+
+def _is_type(value, name: str) -> bool:
+    if name == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if name == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, _JSON_TYPES[name])
+
+
+def schema_errors(instance, schema: dict, path: str = "$") -> list[str]:
+    """Violations of `schema` by `instance`, for the JSON-Schema subset `METRICS_SCHEMA` uses (`type`, `const`,
+    `enum`, `required`, `properties`, `additionalProperties`, `items`, `minimum`, `minLength`, `pattern`).
+    Used when the `jsonschema` package is not installed; `tests/test_eval_results.py` checks both agree."""
+    errors = []
+    if "type" in schema:
+        names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        if not any(_is_type(instance, name) for name in names):
+            return [f"{path}: {instance!r:.60} is not of type {' or '.join(names)}"]
+    if "const" in schema and instance != schema["const"]:
+        errors.append(f"{path}: {instance!r:.60} is not {schema['const']!r}")
+    if "enum" in schema and instance not in schema["enum"]:
+        errors.append(f"{path}: {instance!r:.60} is not one of {schema['enum']}")
+    if isinstance(instance, (int, float)) and not isinstance(instance, bool) and "minimum" in schema:
+        if instance < schema["minimum"]:
+            errors.append(f"{path}: {instance} is less than the minimum of {schema['minimum']}")
+    if isinstance(instance, str):
+        if len(instance) < schema.get("minLength", 0):
+            errors.append(f"{path}: {instance!r} is shorter than {schema['minLength']}")
+        if "pattern" in schema and not re.search(schema["pattern"], instance):
+            errors.append(f"{path}: {instance!r:.60} does not match {schema['pattern']!r}")
+    if isinstance(instance, dict):
+        for key in schema.get("required", []):
+            if key not in instance:
+                errors.append(f"{path}: {key!r} is a required property")
+        properties = schema.get("properties", {})
+        for key, value in instance.items():
+            if key in properties:
+                errors += schema_errors(value, properties[key], f"{path}.{key}")
+            elif schema.get("additionalProperties", True) is False:
+                errors.append(f"{path}: additional property {key!r} is not allowed")
+    if isinstance(instance, list) and "items" in schema:
+        for index, item in enumerate(instance):
+            errors += schema_errors(item, schema["items"], f"{path}[{index}]")
+    return errors
+
+
+def validate_metrics(document: dict | str | os.PathLike, use_jsonschema: bool | None = None) -> dict:
+    """Check a `metrics.json` (a dict or a path) against `METRICS_SCHEMA`; return it, or raise `SchemaError`.
+
+    Uses the `jsonschema` package when installed (`use_jsonschema=None`), else the built-in checker of the subset
+    the schema uses. Also rejects NaN/infinity, which JSON cannot carry (missing values must be `null`).
+    """
+    if not isinstance(document, dict):
+        with open(document, encoding="utf-8") as handle:
+            document = json.load(handle, parse_constant=_reject_constant)
+    if use_jsonschema is None:
+        use_jsonschema = _has_jsonschema()
+    if use_jsonschema:
+        import jsonschema
+
+        validator = jsonschema.Draft202012Validator(METRICS_SCHEMA)
+        errors = [
+            f"$.{'.'.join(str(p) for p in error.absolute_path)}: {error.message}"
+            for error in validator.iter_errors(document)
+        ]
+    else:
+        errors = schema_errors(document, METRICS_SCHEMA)
+    errors += _non_finite_numbers(document)
+    if errors:
+        raise SchemaError(f"metrics.json violates {SCHEMA_VERSION} ({len(errors)} problems):\n" + "\n".join(errors))
+    return document
+
+
+def _has_jsonschema() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("jsonschema") is not None
+
+
+def _reject_constant(name):
+    raise SchemaError(f"metrics.json contains {name}, which is not JSON; missing values must be null.")
+
+
+def _non_finite_numbers(value, path: str = "$") -> list[str]:
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{path}: {value} is not a finite number (use null)"]
+    if isinstance(value, dict):
+        return [e for k, v in value.items() for e in _non_finite_numbers(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [e for i, v in enumerate(value) for e in _non_finite_numbers(v, f"{path}[{i}]")]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------------- provenance
+def git_state(path: str | os.PathLike | None = None) -> dict:
+    """`{"commit", "dirty"}` of the git checkout holding `path` (this package by default); nulls outside git."""
+    folder = Path(path) if path is not None else Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": bool(status.strip())}
+
+
+def environment_info(device=None) -> dict:
+    """Python, platform, versions of the libraries that change numbers, and the device."""
+    import importlib.metadata
+
+    libraries = {}
+    for name in (
+        "hmt_hf",
+        "torch",
+        "transformers",
+        "accelerate",
+        "datasets",
+        "evaluate",
+        "peft",
+        "tokenizers",
+        "numpy",
+    ):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            libraries[name] = importlib.metadata.version(name)
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "libraries": libraries,
+        "device": device_info(device),
+    }
+
+
+def device_info(device=None) -> dict:
+    import torch
+
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type == "cuda":
+        return {"type": "cuda", "name": torch.cuda.get_device_name(device), "count": torch.cuda.device_count()}
+    return {
+        "type": device.type,
+        "name": platform.processor() or platform.machine() or "cpu",
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _json_safe(value):
+    """NaN/inf -> None, tensors/numpy scalars -> Python numbers, tuples -> lists (recursively)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
+        return _json_safe(value.item())
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def write_json_atomic(path: Path, document: dict):
+    """Write through a temporary file and rename, so an interruption never leaves half a JSON file."""
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, indent=2, allow_nan=False)
+        handle.write("\n")
+    os.replace(temporary, path)
+
+
+# ---------------------------------------------------------------------------------------------------- cache
+class ResultCache:
+    """Per-sample results of a run, one JSON line each, keyed by (model, sample, ...) and checked against a
+    fingerprint of the scorer and data, so a rerun into the same run directory skips completed samples and never
+    reuses a result computed with other settings. Lines cut short by an interruption are ignored."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._entries: dict[str, dict] = {}
+        if self.path.exists():
+            with open(self.path, encoding="utf-8") as handle:
+                for line in handle:
+                    try:
+                        entry = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # the line being written when the run was killed
+                    if isinstance(entry, dict) and "key" in entry:
+                        self._entries[entry["key"]] = entry
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str, fingerprint: str) -> dict | None:
+        entry = self._entries.get(key)
+        if entry is None or entry.get("fingerprint") != fingerprint:
+            return None
+        return entry["record"]
+
+    def put(self, key: str, fingerprint: str, record: dict):
+        entry = {"key": key, "fingerprint": fingerprint, "record": _json_safe(record)}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry, allow_nan=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        self._entries[key] = entry
+
+
+# ---------------------------------------------------------------------------------------------------- logger
+_METRIC_KEY_FIELDS = ("experiment", "model", "variant", "metric", "protocol", "sequence_length")
+
+
+class ResultLogger:
+    """A run directory and its `metrics.json` (see the module docstring), written after every experiment so an
+    interrupted run leaves a valid, `partial` file.
+
+    Args:
+        experiment_name (`str`): name of the run (directory prefix).
+        config ([`ExperimentConfig`], *optional*).
+        output_dir (`str`): parent folder of run directories (default `results`).
+        auto_increment (`bool`): a new `<name>_NNN` directory per run (the seed notebook's behaviour); `False`
+            uses `<output_dir>/<name>`.
+        run_dir (`str`, *optional*): use exactly this directory; with `resume=True` an existing run there is
+            continued (its cache reused, its metrics kept), after checking the config fingerprint matches.
+    """
+
+    def __init__(
+        self,
+        experiment_name: str,
+        config: ExperimentConfig | None = None,
+        output_dir: str | os.PathLike = "results",
+        auto_increment: bool = True,
+        run_dir: str | os.PathLike | None = None,
+        resume: bool = False,
+    ):
+        self.experiment_name = experiment_name
+        self.config = config if config is not None else ExperimentConfig(name=experiment_name)
+        self.output_dir = Path(output_dir) if run_dir is None else Path(run_dir).parent
+        if run_dir is not None:
+            self.exp_dir = Path(run_dir)
+        elif auto_increment:
+            self.exp_dir = self._next_run_dir(self.output_dir, experiment_name)
+        else:
+            self.exp_dir = self.output_dir / experiment_name
+        metrics_path = self.exp_dir / "metrics.json"
+        if metrics_path.exists() and not resume:
+            raise FileExistsError(
+                f"{self.exp_dir} already holds a run; pass resume=True (CLI: --resume) to continue it, or choose "
+                "another run directory."
+            )
+        self.exp_dir.mkdir(parents=True, exist_ok=True)
+        self.document = self._new_document()
+        if metrics_path.exists():
+            self._resume(metrics_path)
+        self.cache = ResultCache(self.exp_dir / "cache" / "samples.jsonl")
+
+    @staticmethod
+    def _next_run_dir(output_dir: Path, name: str) -> Path:
+        numbers = [
+            int(match.group(1))
+            for p in output_dir.glob(f"{glob_escape(name)}_*")
+            if (match := re.fullmatch(re.escape(name) + r"_(\d{3,})", p.name))
+        ]
+        return output_dir / f"{name}_{max(numbers, default=0) + 1:03d}"
+
+    def _new_document(self) -> dict:
+        now = utc_now()
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": self.exp_dir.name,
+            "name": self.experiment_name,
+            "created_at": now,
+            "updated_at": now,
+            "status": "running",
+            "experiments": [],
+            "config": _json_safe(self.config.to_dict()),
+            "config_fingerprint": self.config.fingerprint(),
+            "seed": self.config.seed,
+            "git": git_state(),
+            "environment": environment_info(),
+            "data": None,
+            "models": {},
+            "metrics": [],
+            "series": [],
+            "notes": [],
+        }
+
+    def _resume(self, metrics_path: Path):
+        previous = validate_metrics(metrics_path)
+        if previous["config_fingerprint"] != self.document["config_fingerprint"]:
+            changed = sorted(
+                key
+                for key in set(previous["config"]) | set(self.document["config"])
+                if previous["config"].get(key) != self.document["config"].get(key)
+                and key not in ("experiments", "notes", "name", "paper_table")
+            )
+            raise ValueError(
+                f"{self.exp_dir} was run with other settings (changed: {changed}); resuming would mix results. "
+                "Use a new run directory, or the same settings."
+            )
+        for key in ("run_id", "created_at", "experiments", "models", "metrics", "series", "notes", "data"):
+            self.document[key] = previous[key]
+
+    # -- recording
+    @property
+    def metrics(self) -> list[dict]:
+        return self.document["metrics"]
+
+    def set_device(self, device):
+        self.document["environment"]["device"] = device_info(device)
+
+    def set_data(self, description: dict):
+        self.document["data"] = _json_safe(description)
+
+    def describe_model(self, name: str, description: dict):
+        self.document["models"][name] = _json_safe(description)
+
+    def add_note(self, text: str):
+        if text not in self.document["notes"]:
+            self.document["notes"].append(text)
+
+    def log_metric(
+        self,
+        experiment: str,
+        model: str,
+        metric: str,
+        value,
+        unit: str | None = None,
+        *,
+        paper_item: str | None = None,
+        variant: str | None = None,
+        protocol: str | None = None,
+        retrieval_mode: str | None = None,
+        sequence_length: int | None = None,
+        num_samples: int | None = None,
+        num_tokens: int | None = None,
+        weights: str | None = None,
+        note: str | None = None,
+    ) -> dict:
+        """Record one number with its unit (replacing an earlier record with the same experiment, model, variant,
+        metric, protocol and length). `unit` defaults to `METRIC_UNITS[metric]`."""
+        if unit is None:
+            if metric not in METRIC_UNITS:
+                raise ValueError(f"Metric {metric!r} has no default unit; pass unit= (e.g. 'ms', 'perplexity').")
+            unit = METRIC_UNITS[metric]
+        record = {
+            "experiment": experiment,
+            "paper_item": paper_item,
+            "model": model,
+            "variant": variant,
+            "metric": metric,
+            "value": _json_safe(None if value is None else float(value)),
+            "unit": unit,
+            "protocol": protocol,
+            "retrieval_mode": retrieval_mode,
+            "sequence_length": None if sequence_length is None else int(sequence_length),
+            "num_samples": None if num_samples is None else int(num_samples),
+            "num_tokens": None if num_tokens is None else int(num_tokens),
+            "weights": weights,
+            "note": note,
+        }
+        key = tuple(record[k] for k in _METRIC_KEY_FIELDS)
+        self.document["metrics"] = [
+            m for m in self.document["metrics"] if tuple(m[k] for k in _METRIC_KEY_FIELDS) != key
+        ]
+        self.document["metrics"].append(record)
+        return record
+
+    def log_series(
+        self,
+        experiment: str,
+        model: str,
+        name: str,
+        x,
+        y,
+        x_label: str = "step",
+        y_label: str = "loss",
+        unit: str = "",
+    ):
+        """Record a curve (e.g. training loss per step)."""
+        self.document["series"] = [
+            s for s in self.document["series"] if (s["experiment"], s["model"], s["name"]) != (experiment, model, name)
+        ]
+        self.document["series"].append(
+            {
+                "experiment": experiment,
+                "model": model,
+                "name": name,
+                "x_label": x_label,
+                "y_label": y_label,
+                "unit": unit or "",
+                "x": _json_safe(list(x)),
+                "y": _json_safe(list(y)),
+            }
+        )
+
+    def log_experiment(
+        self,
+        name: str,
+        paper_item: str,
+        seed_names: tuple[str, ...] | list[str] = (),
+        status: str = "complete",
+        reason: str | None = None,
+        seconds: float | None = None,
+    ):
+        """Record that a named experiment ran (or was skipped / failed, and why)."""
+        entry = {
+            "name": name,
+            "paper_item": paper_item,
+            "seed_names": list(seed_names),
+            "status": status,
+            "reason": reason,
+            "seconds": None if seconds is None else round(float(seconds), 3),
+        }
+        self.document["experiments"] = [e for e in self.document["experiments"] if e["name"] != name] + [entry]
+
+    def save(self, status: str | None = None) -> Path:
+        """Write `metrics.json` (validated first: an invalid document is never written)."""
+        if status is not None:
+            self.document["status"] = status
+        self.document["updated_at"] = utc_now()
+        validate_metrics(self.document)
+        path = self.exp_dir / "metrics.json"
+        write_json_atomic(path, self.document)
+        return path
+
+    def generate_report(self, save_name: str = "summary.md", compare: bool = True) -> Path:
+        """Write `metrics.json`, `summary.md` (as `save_name`), CSV and LaTeX tables, plots and, when earlier runs
+        of the same name exist in the output folder, the comparison with them. Returns the summary's path."""
+        from .reports import write_comparison, write_reports
+
+        self.save()
+        summary = write_reports(self.exp_dir, self.document, summary_name=save_name)
+        if compare:
+            earlier = sorted(
+                p
+                for p in self.output_dir.glob(f"{glob_escape(self.experiment_name)}*")
+                if p != self.exp_dir and (p / "metrics.json").exists()
+            )
+            if earlier:
+                write_comparison([*earlier, self.exp_dir], self.exp_dir / "comparison")
+        return summary
+
+
+def glob_escape(text: str) -> str:
+    return re.sub(r"([\[\]*?])", r"[\1]", text)
