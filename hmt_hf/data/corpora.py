@@ -42,7 +42,7 @@ PARI_DOC_SUBDIR = "usr/share/pari/doc"
 # The manual's prose chapters; the other .tex files are macros, drivers and short appendices.
 PARI_CHAPTERS = ("usersch*.tex", "tutorial.tex", "tutorial-mf.tex", "develop.tex", "refcard.tex")
 PARI_INSTALL = (
-    "cd {dir} && apt-get download pari-doc && dpkg-deb -x pari-doc_*.deb {dir}  "
+    "mkdir -p {dir} && cd {dir} && apt-get download pari-doc && dpkg-deb -x pari-doc_*.deb {dir}  "
     "(run `apt-get update` first if apt cannot find the package), or pass --download"
 )
 # Wikilinks to these namespaces are images, categories and other languages, not article text.

@@ -103,11 +103,10 @@ def load_documents(
 
 
 def _looks_like_local_path(name: str) -> bool:
-    """A Hub id is "name" or "owner/name"; anything with a file extension, path separators beyond one, ~ or ./."""
+    """A Hub id is "name" or "owner/name"; a path starts with . / ~, has two slashes or a document file extension."""
     return (
         name.startswith((".", "/", "~"))
         or name.count("/") > 1
-        or os.sep in name.replace("/", "")
         or Path(name).suffix.lower() in TEXT_EXTENSIONS + tuple(RECORD_BUILDERS)
     )
 

@@ -106,9 +106,8 @@ def _token_stream(tokenized: Dataset) -> np.ndarray:
             f"expected a tokenized dataset with column 'input_ids' (columns: {tokenized.column_names}); "
             "run tokenize_documents(dataset, tokenizer) first."
         )
-    if tokenized._indices is not None:  # after select/shuffle/train_test_split: follow the visible row order
-        tokenized = tokenized.flatten_indices()
-    column = tokenized.data.column("input_ids")
+    # The arrow view follows the visible row order (after select/shuffle/train_test_split); zero-copy otherwise.
+    column = tokenized.with_format("arrow")[:]["input_ids"]
     pieces = [chunk.flatten().to_numpy(zero_copy_only=False) for chunk in column.chunks]
     return np.concatenate(pieces).astype(np.int32, copy=False) if pieces else np.zeros(0, dtype=np.int32)
 
