@@ -438,10 +438,11 @@ def main(argv: list[str] | None = None, callbacks=()) -> dict:
     stage_dirs = [stage_output_dir(training_args, stage, len(plan)) for stage in plan]
     results = {}
     for index, (stage, stage_dir) in enumerate(zip(plan, stage_dirs)):
-        previous_dir = stage_dirs[index - 1] if index > 0 else None
-        if previous_dir is not None and os.path.isfile(os.path.join(previous_dir, STAGE_COMPLETE_FILE)):
-            PartialState().wait_for_everyone()  # the main process has saved the previous stage
-            model = load_stage_output(previous_dir, model_args, use_lora=hasattr(model, "get_base_model"))
+        if index > 0:
+            # Every process waits until the main one has saved the previous stage, then all decide alike.
+            PartialState().wait_for_everyone()
+            if os.path.isfile(os.path.join(stage_dirs[index - 1], STAGE_COMPLETE_FILE)):
+                model = load_stage_output(stage_dirs[index - 1], model_args, use_lora=hasattr(model, "get_base_model"))
         checkpoint, skip = resolve_checkpoint(training_args.resume_from_checkpoint, stage_dir, stage_dirs[index + 1 :])
         if skip:
             if index == len(plan) - 1 and os.path.isfile(os.path.join(stage_dir, STAGE_COMPLETE_FILE)):

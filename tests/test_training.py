@@ -455,7 +455,7 @@ def run_two_processes(launcher: list[str], workspace: Path, output: Path):
     args = run_args(workspace, output, per_device_train_batch_size=1, **DISTRIBUTED_RUN)
     args_file = write_args(args, output.parent / "two_processes.json")
     done = subprocess.run(
-        [*launcher, str(SCRIPT), args_file], env=subprocess_env(), capture_output=True, text=True, timeout=600
+        [*launcher, str(SCRIPT), args_file], env=subprocess_env(), capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return done.stdout + done.stderr
