@@ -324,6 +324,30 @@ def test_run_zero_shot_on_hmt_records_the_retrieval_mode_and_limit(tokenizer, hm
     assert (settings["retrieval_mode"], settings["segment_length"], settings["use_memory"]) == ("paper", 8, True)
 
 
+def test_records_are_result_logger_arguments(tokenizer, hmt, tmp_path):
+    from hmt_hf.evaluation.results import ResultLogger, validate_metrics
+
+    zero_shot = run_zero_shot(
+        hmt,
+        tokenizer,
+        ["sst2", "piqa"],
+        data={"sst2": fixture("sst2.jsonl"), "piqa": fixture("piqa.jsonl")},
+        progress=False,
+    )
+    pubmedqa = run_pubmedqa(hmt, tokenizer, fixture("pubmedqa_simple.jsonl"), num_contexts=2, progress=False)
+    logger = ResultLogger("zero_shot", output_dir=tmp_path)
+    for record in zero_shot["records"] + pubmedqa["records"]:
+        logger.log_metric(model="HMT", **record)
+    document = validate_metrics(logger.save())
+    logged = {(m["experiment"], m["metric"]): m for m in document["metrics"]}
+    assert len(logged) == len(zero_shot["metrics"]) + len(pubmedqa["metrics"]) == 3 * 5 + 5
+    assert logged[("zero_shot/sst2", "acc")]["value"] == zero_shot["metrics"]["zero_shot/sst2/acc"]["value"]
+    assert logged[("zero_shot/average", "acc")]["num_samples"] == 6 + 3
+    ppl = logged[("pubmedqa/contexts_2", "long_answer_ppl")]
+    assert (ppl["unit"], ppl["paper_item"], ppl["retrieval_mode"]) == ("perplexity", "Figs. 5-6", "paper")
+    assert ppl["num_tokens"] == pubmedqa["contexts"][2]["long_answer_tokens"] > 0
+
+
 # ---------------------------------------------------------------------------------------------------- bad input
 def test_bad_task_specs_and_rows_fail_with_clear_messages():
     with pytest.raises(ValueError, match="exactly one of `choices`"):

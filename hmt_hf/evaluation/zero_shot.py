@@ -885,8 +885,9 @@ def run_zero_shot(
 
     Returns:
         `{"metrics": {"zero_shot/<task>/<acc|acc_norm|acc_per_token|acc_per_byte|chance>": {"value", "unit"},
-        "zero_shot/average/<...>": ...}, "tasks": {<task>: {metrics, num_examples, dataset, template, ...}},
-        "settings": {...}}`. Accuracies are fractions in [0, 1].
+        "zero_shot/average/<...>": ...}, "records": [...], "tasks": {<task>: {metrics, num_examples, dataset,
+        template, ...}}, "settings": {...}}`. Accuracies are fractions in [0, 1]. Each of `records` holds the
+        arguments of `ResultLogger.log_metric` but the model name: `logger.log_metric(model="HMT", **record)`.
     """
     specs = _expand_tasks(tasks)
     data = dict(data or {})
@@ -905,7 +906,8 @@ def run_zero_shot(
         model_kwargs=model_kwargs,
         progress=progress,
     )
-    results = {"metrics": {}, "tasks": {}, "settings": _settings(scorer)}
+    settings = _settings(scorer)
+    results = {"metrics": {}, "records": [], "tasks": {}, "settings": settings}
     for spec in specs:
         task_split = split or spec.split
         rows = load_task_dataset(
@@ -929,15 +931,37 @@ def run_zero_shot(
         )
         results["tasks"][spec.name] = outcome
         for metric in (*NORMALISATIONS, "chance"):
-            results["metrics"][f"{metric_prefix}/{spec.name}/{metric}"] = {
-                "value": outcome[metric],
-                "unit": "fraction",
-            }
+            _add_metric(
+                results,
+                f"{metric_prefix}/{spec.name}",
+                metric,
+                outcome[metric],
+                "fraction",
+                retrieval_mode=settings.get("retrieval_mode"),
+                num_samples=outcome["num_examples"],
+                note=f"zero-shot multiple choice on {outcome['dataset']}",
+            )
     if len(specs) > 1:
         for metric in (*NORMALISATIONS, "chance"):
             value = sum(results["tasks"][spec.name][metric] for spec in specs) / len(specs)
-            results["metrics"][f"{metric_prefix}/average/{metric}"] = {"value": value, "unit": "fraction"}
+            _add_metric(
+                results,
+                f"{metric_prefix}/average",
+                metric,
+                value,
+                "fraction",
+                retrieval_mode=settings.get("retrieval_mode"),
+                num_samples=sum(results["tasks"][spec.name]["num_examples"] for spec in specs),
+                note="unweighted mean over tasks: " + ", ".join(spec.name for spec in specs),
+            )
     return results
+
+
+def _add_metric(results: dict, experiment: str, metric: str, value: float, unit: str, **fields):
+    """Record a number twice: `results["metrics"]["<experiment>/<metric>"] = {"value", "unit"}`, and as a record
+    whose keys are `ResultLogger.log_metric` arguments (`logger.log_metric(model=..., **record)`)."""
+    results["metrics"][f"{experiment}/{metric}"] = {"value": value, "unit": unit}
+    results["records"].append({"experiment": experiment, "metric": metric, "value": value, "unit": unit, **fields})
 
 
 def _describe_source(source) -> str:
@@ -1096,7 +1120,8 @@ def run_pubmedqa(
 
     Returns:
         `{"metrics": {"pubmedqa/contexts_<n>/<long_answer_ppl|long_answer_bits_per_byte|short_answer_acc|
-        short_answer_acc_norm|prompt_tokens_mean>": {"value", "unit"}}, "contexts": {<n>: details}, "settings"}`.
+        short_answer_acc_norm|prompt_tokens_mean>": {"value", "unit"}}, "records": [...] (as in [`run_zero_shot`]),
+        "contexts": {<n>: details}, "settings"}`.
     """
     if data is not None and isinstance(data, Sequence) and data and isinstance(data[0], PubMedQAExample):
         examples = list(data)
@@ -1120,8 +1145,9 @@ def run_pubmedqa(
         model_kwargs=model_kwargs,
         progress=progress,
     )
-    results = {"metrics": {}, "contexts": {}, "settings": _settings(scorer)}
-    results["settings"].update(
+    settings = _settings(scorer)
+    results = {"metrics": {}, "records": [], "contexts": {}, "settings": settings}
+    settings.update(
         rows_available=available, rows_used=len(examples), seed=seed, template=template, fusion="groups (fuse_size)"
     )
     for count in counts:
@@ -1136,7 +1162,6 @@ def run_pubmedqa(
         results["contexts"][count] = outcome = _pubmedqa_outcome(
             examples, questions, prompts, scores, scorer, return_predictions
         )
-        prefix = f"{metric_prefix}/contexts_{count}"
         units = {
             "long_answer_ppl": "perplexity",
             "long_answer_bits_per_byte": "bits/byte",
@@ -1145,7 +1170,19 @@ def run_pubmedqa(
             "prompt_tokens_mean": "tokens",
         }
         for metric, unit in units.items():
-            results["metrics"][f"{prefix}/{metric}"] = {"value": outcome[metric], "unit": unit}
+            _add_metric(
+                results,
+                f"{metric_prefix}/contexts_{count}",
+                metric,
+                outcome[metric],
+                unit,
+                paper_item="Figs. 5-6",
+                retrieval_mode=settings.get("retrieval_mode"),
+                num_samples=outcome["num_questions"],
+                num_tokens=outcome["long_answer_tokens"] if metric.startswith("long_answer") else None,
+                note=f"{count} fused abstracts per prompt; "
+                + ("consecutive row groups" if seed is None else f"rows shuffled with seed {seed}"),
+            )
     return results
 
 
