@@ -352,7 +352,7 @@ class SlidingWindowTransformer(BackboneScorer):
     Args:
         backbone: a causal LM (or an HMT, whose backbone is used).
         window_size (`int`): `W`, at most the backbone's `max_position_embeddings`.
-        stride (`int`): `S`, `1 <= S <= W`. (`S = W` gives independent windows without the boundary target.)
+        stride (`int`): `S`, `1 <= S < W` (`S = W` would be independent chunks: use `ChunkedTransformer`).
     """
 
     method = "sliding_window"
@@ -362,9 +362,10 @@ class SlidingWindowTransformer(BackboneScorer):
     ):
         _check_positive_int("window_size", window_size, 2)
         _check_positive_int("stride", stride)
-        if stride > window_size:
+        if stride >= window_size:
             raise ValueError(
-                f"stride={stride} > window_size={window_size} would skip tokens; use stride <= window_size."
+                f"stride={stride} must be smaller than window_size={window_size}: a window that starts where the "
+                "previous one ended has no context for its first token (stride = window_size is ChunkedTransformer)."
             )
         self.window_size, self.stride = window_size, stride
         super().__init__(backbone, name, max_logit_positions)

@@ -48,9 +48,10 @@ def load_metric(name: str, **kwargs):
 
 
 def _metric(name: str):
-    # One loaded module per metric and process: `evaluate.load` copies and imports the script each time.
+    # One loaded module per metric and process: `evaluate.load` copies and imports the script each time. The
+    # inputs stay in memory (no Arrow cache files, no file locks between processes).
     if name not in _LOADED_METRICS:
-        _LOADED_METRICS[name] = load_metric(name)
+        _LOADED_METRICS[name] = load_metric(name, keep_in_memory=True)
     return _LOADED_METRICS[name]
 
 
@@ -248,9 +249,6 @@ class PeakMemory:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
-            import gc
-
-            gc.collect()
             try:
                 Path("/proc/self/clear_refs").write_text("5")
             except OSError:

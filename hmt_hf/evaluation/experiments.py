@@ -893,7 +893,7 @@ def run_pubmedqa(config, models, data, runner) -> ExperimentResult:
     result = ExperimentResult()
     for name, model in (("HMT", models.hmt), ("Backbone", models.hmt.backbone)):
         outcome = zero_shot.run_pubmedqa(
-            model, models.tokenizer, data_path, num_contexts=(2, 5, 10), progress=runner.progress
+            model, models.tokenizer, data_path, num_contexts=config.pubmedqa_contexts, progress=runner.progress
         )
         for key, entry in outcome["metrics"].items():
             _, contexts, metric = key.split("/")

@@ -129,45 +129,34 @@ def _pyplot():
     return plt
 
 
-def plot_lines(frame, metric: str, path: Path, title: str) -> Path | None:
-    """One line per model (and variant): `metric` vs input length."""
-    data = frame[(frame["metric"] == metric) & frame["sequence_length"].notna() & frame["value"].notna()]
-    if data.empty:
+def plot_panels(panels: list[tuple[str, object, str]], kind: str, path: Path, title: str) -> Path | None:
+    """One figure, one panel per `(panel title, rows of one metric, y label)`: `kind="lines"` draws the metric vs
+    input length, one line per model (and variant); `kind="bars"` one bar per model (and variant)."""
+    panels = [(name, data[data["value"].notna()], label) for name, data, label in panels]
+    panels = [panel for panel in panels if not panel[1].empty]
+    if not panels:
         return None
     plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(7, 4.5))
-    for row, group in data.groupby("row", sort=False):
-        group = group.sort_values("sequence_length")
-        axis.plot(group["sequence_length"], group["value"], marker="o", label=row)
-    axis.set_xscale("log")
-    axis.set_xlabel("input length (tokens)")
-    axis.set_ylabel(f"{metric} ({_unit(frame, metric)})")
-    axis.set_title(title)
-    axis.grid(True, alpha=0.3)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
-
-
-def plot_bars(frame, metrics: Sequence[str], path: Path, title: str) -> Path | None:
-    """One panel per metric, one bar per model (and variant)."""
-    metrics = [m for m in metrics if not frame[(frame["metric"] == m) & frame["value"].notna()].empty]
-    if not metrics:
-        return None
-    plt = _pyplot()
-    figure, axes = plt.subplots(1, len(metrics), figsize=(max(4.5 * len(metrics), 6), 4.5), squeeze=False)
-    for axis, metric in zip(axes[0], metrics):
-        data = frame[(frame["metric"] == metric) & frame["value"].notna()].drop_duplicates("row", keep="last")
-        axis.bar(range(len(data)), data["value"], color=f"C{metrics.index(metric)}")
-        axis.set_xticks(range(len(data)))
-        axis.set_xticklabels(data["row"], rotation=30, ha="right", fontsize=8)
-        axis.set_ylabel(f"{metric} ({_unit(frame, metric)})")
-        axis.grid(True, axis="y", alpha=0.3)
+    figure, axes = plt.subplots(1, len(panels), figsize=(max(5.5 * len(panels), 6), 4.2), squeeze=False)
+    for index, (axis, (name, data, label)) in enumerate(zip(axes[0], panels)):
+        if kind == "lines":
+            for row, group in data.groupby("row", sort=False):
+                group = group.sort_values("sequence_length")
+                axis.plot(group["sequence_length"], group["value"], marker="o", label=row)
+            axis.set_xscale("log")
+            axis.set_xlabel("input length (tokens)")
+            axis.legend(fontsize=7)
+        else:
+            data = data.drop_duplicates("row", keep="last")
+            axis.bar(range(len(data)), data["value"], color=f"C{index}")
+            axis.set_xticks(range(len(data)))
+            axis.set_xticklabels(data["row"], rotation=30, ha="right", fontsize=7)
+        axis.set_title(name, fontsize=9)
+        axis.set_ylabel(label)
+        axis.grid(True, alpha=0.3)
     figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
 
@@ -188,7 +177,7 @@ def plot_series(series: list[dict], path: Path, title: str) -> Path | None:
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
 
@@ -231,7 +220,9 @@ def _experiment_tables(frame, experiment: str, folder: Path):
                     )
                 )
         elif not quality.empty:
-            pivot = quality.pivot_table(index="row", columns="metric", values="value", aggfunc="last", sort=False)
+            pivot = quality.pivot_table(
+                index="row", columns="metric", values="value", aggfunc="last", sort=False, dropna=False
+            )
             order = [m for m in _TABLE_COLUMNS if m in pivot.columns]
             pivot = pivot[order]
             length = f" at input length {int(lengths[0])}" if len(lengths) == 1 else ""
@@ -240,13 +231,23 @@ def _experiment_tables(frame, experiment: str, folder: Path):
             tables.append((f"Quality{length}{protocol_label}", pivot, f"{protocol}_quality"))
         efficiency = part[part["metric"].isin(EFFICIENCY_METRICS)]
         if not efficiency.empty:
-            pivot = efficiency.pivot_table(index="row", columns="metric", values="value", aggfunc="last", sort=False)
+            pivot = efficiency.pivot_table(
+                index="row", columns="metric", values="value", aggfunc="last", sort=False, dropna=False
+            )
             pivot = pivot[[m for m in EFFICIENCY_METRICS if m in pivot.columns]]
             pivot.columns = [f"{m} ({_unit(part, m)})" for m in pivot.columns]
             pivot.index.name = "model"
             lengths = efficiency["sequence_length"].dropna().unique()
             length = f" at input length {int(lengths[0])}" if len(lengths) == 1 else ""
             tables.append((f"Efficiency{length}", pivot, "efficiency"))
+        other = part[~part["metric"].isin([*_TABLE_COLUMNS, *EFFICIENCY_METRICS])]
+        if not other.empty:
+            pivot = other.pivot_table(
+                index="row", columns="metric", values="value", aggfunc="last", sort=False, dropna=False
+            )
+            pivot.columns = [f"{m} ({_unit(part, m)})" for m in pivot.columns]
+            pivot.index.name = "model"
+            tables.append((f"Results{protocol_label}", pivot, f"{protocol}_results"))
     return tables
 
 
@@ -350,33 +351,29 @@ def write_reports(run_dir: str | os.PathLike, document: dict, summary_name: str 
             lines += [f"**{caption}** (`tables/{stem}.csv`, `tables/{stem}.tex`)", "", markdown_table(table), ""]
         if not part.empty:
             part.drop(columns=["row"]).to_csv(tables_dir / f"{_slug(experiment)}.csv", index=False)
-            for protocol, group in part.groupby(part["protocol"].fillna("none"), sort=False):
-                if group["sequence_length"].dropna().nunique() > 1:
-                    for metric in ("perplexity", "bits_per_byte"):
-                        path = plot_lines(
-                            group,
-                            metric,
-                            plots_dir / f"{_slug(experiment)}_{protocol}_{metric}.png",
-                            f"{experiment} ({protocol})",
-                        )
-                        if path is not None:
-                            lines += [f"![{metric} vs length]({path.relative_to(run_dir)})", ""]
-                elif group["metric"].isin(["perplexity"]).any() and group["row"].nunique() > 1:
-                    path = plot_bars(
-                        group,
-                        ["perplexity", "bits_per_byte"],
-                        plots_dir / f"{_slug(experiment)}_{protocol}_bars.png",
-                        experiment,
-                    )
-                    if path is not None:
-                        lines += [f"![{experiment}]({path.relative_to(run_dir)})", ""]
-            if part["metric"].isin(EFFICIENCY_METRICS).any():
-                path = plot_bars(
-                    part,
-                    ["throughput", "latency_per_sample_ms_p50", "peak_memory", "forward_flops_per_token"],
-                    plots_dir / f"{_slug(experiment)}_efficiency.png",
-                    experiment,
+            ppl = part[(part["metric"] == "perplexity") & part["protocol"].notna()]
+            panels = [(protocol, rows, "perplexity") for protocol, rows in ppl.groupby("protocol", sort=False)]
+            if ppl["sequence_length"].dropna().nunique() > 1:
+                path = plot_panels(
+                    panels,
+                    "lines",
+                    plots_dir / f"{_slug(experiment)}_perplexity_vs_length.png",
+                    f"{experiment}: perplexity vs input length",
                 )
+            elif ppl["row"].nunique() > 1:
+                path = plot_panels(
+                    panels, "bars", plots_dir / f"{_slug(experiment)}_perplexity.png", f"{experiment}: perplexity"
+                )
+            else:
+                path = None
+            if path is not None:
+                lines += [f"![{experiment}]({path.relative_to(run_dir)})", ""]
+            if part["metric"].isin(EFFICIENCY_METRICS).any():
+                panels = [
+                    (f"{m} ({_unit(part, m)})", part[part["metric"] == m], m)
+                    for m in ("throughput", "latency_per_sample_ms_p50", "peak_memory", "forward_flops_per_token")
+                ]
+                path = plot_panels(panels, "bars", plots_dir / f"{_slug(experiment)}_efficiency.png", experiment)
                 if path is not None:
                     lines += [f"![efficiency]({path.relative_to(run_dir)})", ""]
         series = [s for s in document["series"] if s["experiment"] == experiment]
