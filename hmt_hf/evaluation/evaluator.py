@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 import sys
@@ -28,7 +29,6 @@ from .scoring import MAX_TRACKED_RANK, PROTOCOL_DESCRIPTIONS, EvalSample, Scorer
 
 METRICS_DIR = Path(__file__).resolve().parent / "metrics"
 METRIC_NAMES = ("perplexity", "bits_per_byte", "top_k_accuracy")
-_LOADED_METRICS: dict[str, object] = {}
 
 
 def load_metric(name: str, **kwargs):
@@ -47,12 +47,11 @@ def load_metric(name: str, **kwargs):
     return evaluate.load(str(path), **kwargs)
 
 
+@functools.cache
 def _metric(name: str):
-    # One loaded module per metric and process: `evaluate.load` copies and imports the script each time. The
-    # inputs stay in memory (no Arrow cache files, no file locks between processes).
-    if name not in _LOADED_METRICS:
-        _LOADED_METRICS[name] = load_metric(name, keep_in_memory=True)
-    return _LOADED_METRICS[name]
+    # Loaded once per process (`evaluate.load` copies and imports the script each time); inputs stay in memory, so
+    # no Arrow cache files or file locks are shared between processes.
+    return load_metric(name, keep_in_memory=True)
 
 
 # ---------------------------------------------------------------------------------------------------- records
@@ -328,7 +327,8 @@ def measure_efficiency(
 
 # ---------------------------------------------------------------------------------------------------- evaluators
 def as_scorer(model, name: str | None = None) -> Scorer:
-    """A [`Scorer`] for `model`: scorers pass through, an `HMTForCausalLM` becomes an [`HMTScorer`]."""
+    """A [`Scorer`] for `model`: scorers pass through (renamed to `name`, the key reports and caches use), an
+    `HMTForCausalLM` becomes an [`HMTScorer`]."""
     from ..modeling_hmt import HMTForCausalLM
 
     if isinstance(model, Scorer):
@@ -351,24 +351,31 @@ class _BatchEvaluation:
         self.top_k = tuple(top_k)
         self.progress = progress
 
-    def _batch_records(self, scorer: Scorer, data, max_batches: int | None, need_bytes: bool) -> list[dict]:
+    def _batch_records(self, scorer: Scorer, data, max_batches: int | None, need_bytes: bool) -> tuple[list, int]:
+        """One record per row (or sample) of `data`, and the number of batches read."""
         from tqdm.auto import tqdm
 
         records = []
         byte_method = None
+        batches = 0
+        total = len(data) if hasattr(data, "__len__") and not isinstance(data, torch.Tensor) else None
+        if total is not None and max_batches is not None:
+            total = min(total, max_batches)
         for batch in tqdm(
-            list(_iterate_batches(data, max_batches)),
+            _iterate_batches(data, max_batches),
+            total=total,
             desc=scorer.name,
             disable=not self.progress,
             file=sys.stderr,
             leave=False,
         ):
+            batches += 1
             if "sample" in batch:
                 sample = batch["sample"]
                 start = time.perf_counter()
                 scores = scorer.score(sample.input_ids[None], first_target=sample.first_target)
                 record = sample_record(scores, sample, seconds=time.perf_counter() - start)
-                record["input_tokens"] = int(sample.input_ids.numel())
+                record.update(input_tokens=int(sample.input_ids.numel()), protocol=sample.protocol)
                 records.append(record)
                 continue
             input_ids = torch.as_tensor(batch["input_ids"])
@@ -400,7 +407,7 @@ class _BatchEvaluation:
         if byte_method is not None:
             for record in records:
                 record["byte_count_method"] = byte_method
-        return records
+        return records, batches
 
 
 class HMTEvaluator(_BatchEvaluation):
@@ -434,14 +441,15 @@ class HMTEvaluator(_BatchEvaluation):
     def evaluate(self, data, use_memory: bool = True, max_batches: int | None = None, bits_per_byte: bool = False):
         """All metrics over `data` (batches, tensors or [`EvalSample`] objects)."""
         scorer = self._scorer(use_memory)
-        records = self._batch_records(scorer, data, max_batches, need_bytes=bits_per_byte)
+        records, batches = self._batch_records(scorer, data, max_batches, need_bytes=bits_per_byte)
         result = aggregate_records(records, self.top_k)
         result.update(timing_stats(records))
+        protocols = {r.get("protocol") or "all_tokens" for r in records}
         result.update(
-            num_batches=len(records) if max_batches is None else min(len(records), max_batches),
+            num_batches=batches,
             use_memory=use_memory,
             retrieval_mode=scorer.retrieval_mode,
-            protocol="all_tokens" if not any(r["sample"] is not None for r in records) else "samples",
+            protocol=protocols.pop() if len(protocols) == 1 else sorted(protocols),
         )
         if records and "byte_count_method" in records[0]:
             result["byte_count_method"] = records[0]["byte_count_method"]
@@ -532,7 +540,7 @@ class BaselineEvaluator(_BatchEvaluation):
         results = {}
         need_bytes = self.tokenizer is not None
         for name, scorer in self.models.items():
-            records = self._batch_records(scorer, data, max_batches, need_bytes=need_bytes)
+            records, _ = self._batch_records(scorer, data, max_batches, need_bytes=need_bytes)
             results[name] = aggregate_records(records, self.top_k) | timing_stats(records)
             self._log("evaluate_all_models", name, results[name])
         return results

@@ -725,7 +725,7 @@ def run_two_stage(config, models, data, runner) -> ExperimentResult:
             "needs the output dirs of training runs (examples/train_hmt.py): --training-run two_stage=OUT_DIR (with "
             "stage1/ and stage2/) or two_stage=STAGE1_DIR,STAGE2_DIR, and --training-run single_stage=DIR"
         )
-    result = ExperimentResult(notes=["two_stage: training time is the sum of `train_runtime` over a run's stages."])
+    result = ExperimentResult(notes=["training time is the sum of `train_runtime` over a run's stages."])
     length = _ablation_length(config, models, data)
     item = "Fig. 12"
     for label, directories in runs.items():
@@ -796,8 +796,6 @@ def run_efficiency(config, models, data, runner) -> ExperimentResult:
     """Latency p50/p95/p99 per sample and per step, throughput, peak memory, FLOPs estimate and parameters of every
     model on samples of `efficiency_length` tokens (every target scored). HMT/RMT run one segment per call, so
     their step latency is per segment."""
-    from .evaluator import FLOPS_FORMULA
-
     segment_length = models.segment_length
     length = config.efficiency_length or config.sequence_lengths[0]
     if not _available(config, data, length, segment_length, "all_tokens"):
@@ -815,8 +813,9 @@ def run_efficiency(config, models, data, runner) -> ExperimentResult:
     )
     result = ExperimentResult(
         notes=[
-            f"Efficiency: {FLOPS_FORMULA}.",
-            "Latency: wall-clock per sample (every target scored) and per step; throughput = input tokens / second.",
+            "latency is wall-clock per sample (every target scored) and per step (one model call: one segment for "
+            "HMT/RMT); throughput = input tokens / second; peak memory is CUDA max_memory_allocated on a GPU, else "
+            "the process's peak RSS (weights included)."
         ]
     )
     scorers = models.baseline_scorers()

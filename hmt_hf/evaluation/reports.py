@@ -144,6 +144,9 @@ def plot_panels(panels: list[tuple[str, object, str]], kind: str, path: Path, ti
                 group = group.sort_values("sequence_length")
                 axis.plot(group["sequence_length"], group["value"], marker="o", label=row)
             axis.set_xscale("log")
+            lengths = sorted(data["sequence_length"].unique())
+            axis.set_xticks(lengths, [f"{int(n):,}" for n in lengths])
+            axis.minorticks_off()
             axis.set_xlabel("input length (tokens)")
             axis.legend(fontsize=7)
         else:
@@ -242,10 +245,15 @@ def _experiment_tables(frame, experiment: str, folder: Path):
             tables.append((f"Efficiency{length}", pivot, "efficiency"))
         other = part[~part["metric"].isin([*_TABLE_COLUMNS, *EFFICIENCY_METRICS])]
         if not other.empty:
+            other = other.copy()
+            several_lengths = other["sequence_length"].dropna().nunique() > 1
+            other["column"] = [
+                f"{m} ({_unit(part, m)})" + (f" @ {int(n)}" if several_lengths and n == n and n is not None else "")
+                for m, n in zip(other["metric"], other["sequence_length"])
+            ]
             pivot = other.pivot_table(
-                index="row", columns="metric", values="value", aggfunc="last", sort=False, dropna=False
+                index="row", columns="column", values="value", aggfunc="last", sort=False, dropna=False
             )
-            pivot.columns = [f"{m} ({_unit(part, m)})" for m in pivot.columns]
             pivot.index.name = "model"
             tables.append((f"Results{protocol_label}", pivot, f"{protocol}_results"))
     return tables
@@ -337,7 +345,7 @@ def write_reports(run_dir: str | os.PathLike, document: dict, summary_name: str 
         part = frame[frame["experiment"] == experiment] if not frame.empty else frame
         weights = sorted({w for w in part.get("weights", []) if isinstance(w, str)}) if not part.empty else []
         if weights:
-            lines += ["Weights: " + "; ".join(weights) + ".", ""]
+            lines += ["Weights:", "", *(f"- {w}" for w in weights), ""]
         described = {
             k.split(" / ", 1)[1]: v for k, v in document["models"].items() if k.startswith(f"{experiment} / ")
         }

@@ -166,8 +166,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     baselines.add_argument("--efficiency-warmup", type=int, default=None)
     baselines.add_argument("--efficiency-repeats", type=int, default=None)
     baselines.add_argument("--pubmedqa-data", default=None, help="PubMedQA json/jsonl for the pubmedqa experiment")
-    baselines.add_argument("--pubmedqa-contexts", type=_int_list, default=None,
-                           help="abstracts fused per PubMedQA prompt (default 2,5,10)")
+    baselines.add_argument(
+        "--pubmedqa-contexts",
+        type=_int_list,
+        default=None,
+        help="abstracts fused per PubMedQA prompt (default 2,5,10)",
+    )
 
     output = parser.add_argument_group("run")
     output.add_argument("--output-dir", default="results", help="parent folder of run directories")

@@ -742,7 +742,12 @@ class ResultLogger:
             "reason": reason,
             "seconds": None if seconds is None else round(float(seconds), 3),
         }
-        self.document["experiments"] = [e for e in self.document["experiments"] if e["name"] != name] + [entry]
+        entries = self.document["experiments"]
+        positions = [i for i, e in enumerate(entries) if e["name"] == name]
+        if positions:  # a rerun keeps the experiment's place in the report
+            entries[positions[0]] = entry
+        else:
+            entries.append(entry)
 
     def save(self, status: str | None = None) -> Path:
         """Write `metrics.json` (validated first, by the built-in checker: an invalid document is never written)."""
