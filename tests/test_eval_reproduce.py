@@ -534,3 +534,14 @@ def test_corpus_from_datasets_and_token_lists():
     assert as_corpus([[1, 2], [3]]).document_starts == [0, 2]
     with pytest.raises(ValueError, match="tokenizer"):
         as_corpus(["some text"])
+
+
+def test_example_script_lists_the_experiments(capsys, monkeypatch):
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", ["reproduce_paper.py", "--experiments", "list"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO / "examples" / "reproduce_paper.py"), run_name="__main__")
+    assert exit_info.value.code == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in EXPERIMENTS) and "Table 8" in listing and "seed notes: Table 5" in listing

@@ -287,3 +287,12 @@ def test_bits_per_byte_end_to_end(model):
     assert doubled["bits_per_byte"] == pytest.approx(base["bits_per_byte"] / 2)
     with pytest.raises(ValueError, match="byte_lengths"):
         HMTEvaluator(model, progress=False).evaluate_bits_per_byte([{"input_ids": ids}])
+
+
+def test_scoring_restores_training_mode(ids):
+    model = make_hmt("gpt2")  # GPT-2 has dropout 0.1: scores in training mode would be random
+    reference = HMTScorer(model).score(ids)
+    model.train()
+    scores = HMTScorer(model).score(ids)
+    assert model.training and model.backbone.training  # put back as it was
+    torch.testing.assert_close(scores.nll, reference.nll)  # scored in eval mode (no dropout)

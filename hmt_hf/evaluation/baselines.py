@@ -94,7 +94,7 @@ class HMTScorer(Scorer):
 
         if not isinstance(model, HMTForCausalLM):
             raise TypeError(f"{type(self).__name__} needs an HMTForCausalLM, not {type(model).__name__}.")
-        self.model = model.eval()
+        self.model = model
         self.use_memory = use_memory
         self.overrides = dict(overrides or {})
         unknown = set(self.overrides) - set(OVERRIDABLE_FIELDS)
@@ -248,7 +248,7 @@ class BackboneScorer(Scorer):
     """Base of the baselines: the plain backbone run over windows of the input."""
 
     def __init__(self, backbone, name: str | None = None, max_logit_positions: int = 1024):
-        self.backbone = unwrap_backbone(backbone).eval()
+        self.backbone = unwrap_backbone(backbone)
         self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(self.backbone.forward).parameters
         super().__init__(name, max_logit_positions)
 

@@ -220,7 +220,6 @@ class Scorer:
         return parameter.device if parameter is not None else torch.device("cpu")
 
     # -- scoring
-    @torch.inference_mode()
     def score(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, first_target: int = 1
     ) -> TokenScores:
@@ -234,7 +233,20 @@ class Scorer:
 
         Returns:
             [`TokenScores`] aligned with `input_ids` (on CPU).
+
+        The model runs in eval mode under `torch.inference_mode()`; a model that was training is put back in
+        training mode afterwards.
         """
+        module = self.language_model
+        was_training = module.training
+        module.eval()
+        try:
+            with torch.inference_mode():
+                return self._score_batch(input_ids, attention_mask, first_target)
+        finally:
+            module.train(was_training)
+
+    def _score_batch(self, input_ids, attention_mask, first_target) -> TokenScores:
         if input_ids.dim() == 1:
             input_ids = input_ids[None]
             attention_mask = None if attention_mask is None else attention_mask[None]
