@@ -20,7 +20,9 @@ resets the kernel's peak-RSS counter (VmHWM) and reads it after one more step. O
 gradients and AdamW state (about 4x the parameters) besides activations; `activation_mib` is the part above the
 memory held before the step.
 
-Commands (from the repository root; torch uses one thread unless `--threads` says otherwise, see forward.py)::
+Commands (from the repository root; torch uses one thread unless `--threads` says otherwise, see forward.py).
+`--quick` took 12.5 min on this project's 2-core CPU machine while other jobs ran (load average ~7); the full run
+does about 4x the work per step (3840 vs 1024 tokens, 3 vs 2 repetitions)::
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/training.py            # SmolLM2-135M, D=15, L=256 (3840 tokens)
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/training.py --quick    # SmolLM2-135M, D=4, L=256 (1024 tokens)
