@@ -342,8 +342,8 @@ def test_two_stage_training_carries_weights_and_lowers_heldout_loss(workspace, t
     # frozen memory-search parameters, which only stage 2 changes.
     saved1, saved2 = weights(output / "stage1"), weights(output / "stage2")
     assert_same_weights(saved1, {k: v for k, v in stage2["state"].items() if k in saved1})
-    assert not torch.equal(saved1["backbone.model.layers.0.self_attn.q_proj.weight"],
-                           stage1["state"]["backbone.model.layers.0.self_attn.q_proj.weight"])  # fmt: skip
+    query = "backbone.model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(saved1[query], stage1["state"][query])
     for key in SEARCH_KEYS:
         assert torch.equal(saved1[key], stage1["state"][key])
         assert not torch.equal(saved2[key], saved1[key])
