@@ -836,6 +836,7 @@ def run_efficiency(config, models, data, runner) -> ExperimentResult:
             "sequence_length": length + segment_length,
             "num_samples": stats["num_measured"],
             "retrieval_mode": scorer.retrieval_mode if isinstance(scorer, HMTScorer) else None,
+            "weights": models.weights_of(scorer),
         }
         for metric in (
             "latency_per_sample_ms_p50",

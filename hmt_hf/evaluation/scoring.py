@@ -1,7 +1,7 @@
 """One scoring interface for every model the evaluation compares, and the paper's test-sample protocol.
 
 Every model — HMT, RMT, the chunked backbone, a sliding window, a truncated ("vanilla") backbone, the full-context
-backbone — is a [`Scorer`]: `scorer.score(input_ids)` returns a [`TokenScores`], the negative log-likelihood (nats)
+backbone — is a [`Scorer`] (the models are in `baselines.py`): `scorer.score(input_ids)` returns a [`TokenScores`], the negative log-likelihood (nats)
 and the rank of every scored target token. Perplexity, bits-per-byte and top-k accuracy are then computed from
 those numbers the same way for every model (`hmt_hf/evaluation/metrics/`).
 
