@@ -59,7 +59,9 @@ class HMTConfig(PretrainedConfig):
         representation_batch_size (`int`, *optional*, defaults to 16):
             The representation passes of a call's segments run batched, in backbone calls of at most this many
             segments, so activation memory does not grow with the input length (16 covers the paper's deepest
-            BPTT unroll, 15 segments, in one call). `None` runs all of them in one call.
+            BPTT unroll, 15 segments, in one call). `None` runs all of them in one call. Without gradients
+            (inference) the groups are also capped at `(L + k + 2) // (j + 2)` segments, so a representation pass
+            never holds more positions than a segment pass and peak memory stays flat in the input length.
     """
 
     model_type = "hmt"

@@ -393,7 +393,12 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
         config = self.config
         length, j = config.segment_length, config.representation_length
         num_segments = -(-max_len // length)
-        last = num_segments if config.representation_batch_size is None else first + config.representation_batch_size
+        group = config.representation_batch_size or num_segments
+        if not torch.is_grad_enabled():
+            # Without gradients nothing of a segment outlives its pass, so a large batched representation pass would
+            # set the peak memory: cap it at the positions of one segment pass, keeping inference memory flat.
+            group = min(group, max(1, (length + config.sensory_memory_size + 2) // (j + 2)))
+        last = first + group
         segments = range(first, min(last, num_segments))
         has_cache = state.cache_size > 0
         tokens, token_masks, needed = [], [], []

@@ -214,3 +214,19 @@ def test_config_round_trip_and_defaults():
     restored = HMTConfig.from_dict(config.to_dict())
     assert restored.to_dict() == config.to_dict()
     assert restored.get_text_config(decoder=True).model_type == "llama"
+
+
+def test_inference_caps_the_batched_representation_pass_at_one_segment_pass():
+    """Without gradients the representation passes run in groups of (L+k+2)//(j+2) segments (here 2), so no pass holds
+    more positions than a segment pass; with gradients one group of up to representation_batch_size. Same logits."""
+    model = make_hmt(representation_batch_size=16)
+    calls = []
+    model.memory.representation_encoder.register_forward_hook(lambda module, args, out: calls.append(args[1].shape))
+    ids = torch.randint(0, 100, (1, 29), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        inference = model(ids).logits
+    inference_calls, calls[:] = list(calls), []
+    training = model(ids).logits
+    assert [shape[0] for shape in inference_calls] == [1, 2]  # groups [0, 1] and [2, 3]; segment 0 needs no query
+    assert [shape[0] for shape in calls] == [3]
+    torch.testing.assert_close(inference, training.detach(), atol=1e-5, rtol=1e-5)
