@@ -4,6 +4,7 @@ Real files in tmp_path and a real (tiny, word-level) tokenizer whose ids are kno
 written by hand.
 """
 
+import glob
 import logging
 
 import pytest
@@ -498,8 +499,13 @@ def test_arxiv_without_pari_doc_names_the_install_commands(tmp_path, monkeypatch
     from hmt_hf.data import MissingCorpusSource, prepare_data
 
     monkeypatch.delenv("HMT_PARI_DOC_DIR", raising=False)
+    # A named folder is the only place looked at, even when the cache (CI fills it) holds the chapters.
     with pytest.raises(MissingCorpusSource, match=r"apt-get download pari-doc && dpkg-deb -x pari-doc_\*\.deb"):
         prepare_data("arxiv", pari_doc_dir=tmp_path)
+    monkeypatch.setenv("HMT_HF_CACHE", str(tmp_path / "empty-cache"))
+    if not glob.glob("/usr/share/pari/doc/usersch*.tex"):
+        with pytest.raises(MissingCorpusSource, match=r"not found in --pari-doc-dir.*apt-get download pari-doc"):
+            prepare_data("arxiv")
     with pytest.raises(ValueError, match="unknown corpus"):
         prepare_data("novels")
 

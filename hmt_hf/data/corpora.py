@@ -164,7 +164,8 @@ def find_pari_doc(pari_doc_dir: str | os.PathLike | None = None, cache_dir: str 
     Each candidate may be the TeX folder itself or the root a `pari-doc` .deb was extracted to.
     """
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir() / "pari-doc"
-    candidates = [pari_doc_dir, os.environ.get(PARI_DOC_ENV), cache_dir, "/"]
+    # A folder the caller names is the only place looked at: finding the files elsewhere would hide a wrong path.
+    candidates = [pari_doc_dir] if pari_doc_dir is not None else [os.environ.get(PARI_DOC_ENV), cache_dir, "/"]
     for candidate in filter(None, candidates):
         for folder in (Path(candidate), Path(candidate) / PARI_DOC_SUBDIR):
             if glob.glob(str(folder / "usersch*.tex")):
