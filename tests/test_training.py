@@ -556,3 +556,12 @@ def test_accelerate_configs_parse():
     from conftest import make_hmt
 
     assert make_hmt()._no_split_modules == {"LlamaDecoderLayer"}  # what FSDP wraps, taken from the backbone
+
+
+def test_small_cpu_argument_file_parses():
+    model_args, data_args, hmt_args, training_args = train_script().parse_args(
+        [str(REPO / "examples/train_args_cpu_small.json")]
+    )
+    assert (hmt_args.stage, hmt_args.stage1_bptt_depth, hmt_args.bptt_depth) == ("both", 2, 4)
+    assert (hmt_args.stage1_max_steps, training_args.max_steps) == (30, 20)
+    assert data_args.dataset_name == "data/books" and data_args.eval_max_length == 2048
