@@ -76,6 +76,21 @@ def load_hmt(backbone: str, gguf_file: str | None = None, **hmt_fields):
     return model.eval()
 
 
+HMT_FIELDS = ("segment_length", "sensory_memory_size", "representation_length", "num_memory_embeddings")
+
+
+def hmt_fields(args) -> dict:
+    """The HMTConfig fields a benchmark's command line sets (`--segment-length` etc.)."""
+    return {name: getattr(args, name) for name in HMT_FIELDS}
+
+
+def subprocess_flags(args, *names: str) -> list[str]:
+    """`--name=value` flags that make a measuring subprocess rebuild this process's model: the HMT fields, the
+    thread count and `names` (attributes of `args` whose value is not None)."""
+    names = (*HMT_FIELDS, "threads", *names)
+    return [f"--{name.replace('_', '-')}={getattr(args, name)}" for name in names if getattr(args, name) is not None]
+
+
 def load_tokenizer(backbone: str, gguf_file: str | None = None):
     """The backbone's tokenizer, or None when there is none (the tiny random backbone, a folder without one)."""
     from transformers import AutoTokenizer

@@ -71,6 +71,7 @@ from pathlib import Path
 import torch
 from common import (
     document_ids,
+    hmt_fields,
     interleaved_timings,
     load_hmt,
     load_tokenizer,
@@ -81,6 +82,7 @@ from common import (
     ru_maxrss_mib,
     run_json_subprocesses,
     set_threads,
+    subprocess_flags,
 )
 
 CONFIG_KEYS = (
@@ -128,14 +130,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def hmt_fields(args) -> dict:
+def forward_hmt_fields(args) -> dict:
     """HMTConfig fields; the representation batch size is left to the library default unless given."""
-    fields = {
-        "segment_length": args.segment_length,
-        "sensory_memory_size": args.sensory_memory_size,
-        "representation_length": args.representation_length,
-        "num_memory_embeddings": args.num_memory_embeddings,
-    }
+    fields = hmt_fields(args)
     if args.representation_batch_size is not None:
         fields["representation_batch_size"] = args.representation_batch_size or None
     return fields
@@ -145,26 +142,12 @@ def analytic_floor(length: int, sensory: int, representation: int) -> float:
     return (length + sensory + 2 + representation + 2) / length
 
 
-def config_flags(args) -> list[str]:
-    """The flags that make a subprocess build the same model as this process."""
-    flags = [
-        f"--segment-length={args.segment_length}",
-        f"--sensory-memory-size={args.sensory_memory_size}",
-        f"--representation-length={args.representation_length}",
-        f"--num-memory-embeddings={args.num_memory_embeddings}",
-        f"--threads={args.threads}",
-    ]
-    if args.representation_batch_size is not None:
-        flags.append(f"--representation-batch-size={args.representation_batch_size}")
-    return flags
-
-
 # ---------------------------------------------------------------------------------------------------- peak memory
 def measure_peak(args) -> dict:
     """Subprocess mode: one HMT forward over `args.measure_peak` tokens; prints its memory as one JSON line."""
     set_threads(args.threads)
     workdir = Path(args.workdir)
-    model = load_hmt(str(workdir / "backbone"), **hmt_fields(args))
+    model = load_hmt(str(workdir / "backbone"), **forward_hmt_fields(args))
     ids = torch.load(workdir / "ids.pt")[:, : args.measure_peak]
     with torch.inference_mode():
         # A short warm-up keeps one-off lazy initialisation (kernels, thread pool) out of the measured peak.
@@ -193,7 +176,13 @@ def peak_memory(args, workdir: Path) -> list[dict]:
     run before the timing, never during it.
     """
     argvs = [
-        [__file__, f"--_measure-peak={n}", f"--_workdir={workdir}", *config_flags(args)] for n in args.peak_lengths
+        [
+            __file__,
+            f"--_measure-peak={n}",
+            f"--_workdir={workdir}",
+            *subprocess_flags(args, "representation_batch_size"),
+        ]
+        for n in args.peak_lengths
     ]
     jobs = min(len(argvs), (os.cpu_count() or 1) // args.threads)
     return run_json_subprocesses(
@@ -336,7 +325,7 @@ def main(argv=None):
         return
     started = time.perf_counter()
     set_threads(args.threads)
-    model = load_hmt(args.backbone, gguf_file=args.gguf_file, **hmt_fields(args))
+    model = load_hmt(args.backbone, gguf_file=args.gguf_file, **forward_hmt_fields(args))
     vocab_size = model.get_input_embeddings().num_embeddings
     tokens_needed = max([args.timing_tokens, *([] if args.skip_peak else args.peak_lengths)])
     ids, text = document_ids(load_tokenizer(args.backbone, args.gguf_file), tokens_needed, vocab_size)

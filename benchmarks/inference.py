@@ -67,6 +67,7 @@ import torch
 from common import (
     REPO_ROOT,
     document_ids,
+    hmt_fields,
     interleaved_timings,
     load_hmt,
     load_tokenizer,
@@ -76,6 +77,7 @@ from common import (
     rss_mib,
     run_json_subprocess,
     set_threads,
+    subprocess_flags,
 )
 from transformers import LogitsProcessor, LogitsProcessorList
 
@@ -110,15 +112,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         REPO_ROOT / "benchmarks" / "results" / f"inference{'_quick' if args.quick else ''}.png"
     )
     return args
-
-
-def hmt_fields(args) -> dict:
-    return {
-        "segment_length": args.segment_length,
-        "sensory_memory_size": args.sensory_memory_size,
-        "representation_length": args.representation_length,
-        "num_memory_embeddings": args.num_memory_embeddings,
-    }
 
 
 def reference_lengths(args) -> tuple[int, int]:
@@ -169,20 +162,9 @@ def hmt_prefill_runs(args, workdir: Path) -> dict[int, list[dict]]:
     from tqdm.auto import tqdm
 
     for length in tqdm(lengths, desc="HMT prefill (subprocess per length)"):
-        argv = [__file__, f"--_prefill={length}", f"--_workdir={workdir}", *config_flags(args)]
+        argv = [__file__, f"--_prefill={length}", f"--_workdir={workdir}", *subprocess_flags(args, "repetitions")]
         runs.setdefault(length, []).append(run_json_subprocess(argv))
     return runs
-
-
-def config_flags(args) -> list[str]:
-    return [
-        f"--segment-length={args.segment_length}",
-        f"--sensory-memory-size={args.sensory_memory_size}",
-        f"--representation-length={args.representation_length}",
-        f"--num-memory-embeddings={args.num_memory_embeddings}",
-        f"--threads={args.threads}",
-        f"--repetitions={args.repetitions}",
-    ]
 
 
 def chunked_prefill(backbone, ids: torch.Tensor, length: int):

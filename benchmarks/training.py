@@ -66,6 +66,7 @@ from pathlib import Path
 import torch
 from common import (
     document_ids,
+    hmt_fields,
     interleaved_timings,
     load_hmt,
     load_tokenizer,
@@ -75,6 +76,7 @@ from common import (
     rss_mib,
     run_json_subprocesses,
     set_threads,
+    subprocess_flags,
     tiny_backbone,
 )
 
@@ -105,36 +107,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def hmt_fields(args) -> dict:
-    return {
-        "segment_length": args.segment_length,
-        "sensory_memory_size": args.sensory_memory_size,
-        "representation_length": args.representation_length,
-        "num_memory_embeddings": args.num_memory_embeddings,
-        "use_memory_search": True,
-    }
-
-
-def config_flags(args) -> list[str]:
-    """The flags that make a subprocess build the same model and window as this process."""
-    return [
-        f"--segment-length={args.segment_length}",
-        f"--sensory-memory-size={args.sensory_memory_size}",
-        f"--representation-length={args.representation_length}",
-        f"--num-memory-embeddings={args.num_memory_embeddings}",
-        f"--bptt-depth={args.bptt_depth}",
-        f"--batch-size={args.batch_size}",
-        f"--threads={args.threads}",
-    ]
+def stage2_fields(args) -> dict:
+    return {**hmt_fields(args), "use_memory_search": True}
 
 
 def load_model(args):
     """HMT over the requested backbone (a tiny Llama whose context holds the window, for `tiny`)."""
     if args.backbone == "tiny":
         backbone = tiny_backbone(max_positions=max(args.bptt_depth * args.segment_length, 4 * args.segment_length))
-        model = load_hmt(backbone, **hmt_fields(args))
+        model = load_hmt(backbone, **stage2_fields(args))
     else:
-        model = load_hmt(args.backbone, gguf_file=args.gguf_file, **hmt_fields(args))
+        model = load_hmt(args.backbone, gguf_file=args.gguf_file, **stage2_fields(args))
     return model.train()
 
 
@@ -184,7 +167,7 @@ def measure_peak(args) -> dict:
     """Subprocess mode: peak RSS of one step of `args.measure_peak`; prints one JSON line."""
     set_threads(args.threads)
     workdir = Path(args.workdir)
-    model = load_hmt(str(workdir / "backbone"), **hmt_fields(args)).train()
+    model = load_hmt(str(workdir / "backbone"), **stage2_fields(args)).train()
     ids = torch.load(workdir / "ids.pt")
     runner = StepRunner(model, ids, args.segment_length)
     runner.step(args.measure_peak)  # AdamW state and one-off allocations land before the measured step
@@ -205,7 +188,15 @@ def measure_peak(args) -> dict:
 
 def peak_memory(args, workdir: Path) -> dict[str, dict]:
     """Each configuration's step in a fresh interpreter; they may overlap each other, never the timing."""
-    argvs = [[__file__, f"--_measure-peak={c}", f"--_workdir={workdir}", *config_flags(args)] for c in CONFIGS]
+    argvs = [
+        [
+            __file__,
+            f"--_measure-peak={c}",
+            f"--_workdir={workdir}",
+            *subprocess_flags(args, "bptt_depth", "batch_size"),
+        ]
+        for c in CONFIGS
+    ]
     jobs = min(len(argvs), max(1, (os.cpu_count() or 1) // args.threads))
     runs = run_json_subprocesses(argvs, jobs, desc=f"peak memory ({len(argvs)} subprocesses, {jobs} at a time)")
     return {run["config"]: run for run in runs}

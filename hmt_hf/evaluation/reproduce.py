@@ -294,39 +294,24 @@ def run_reproduction(
         start = time.perf_counter()
         try:
             result = experiment.run(config, models, corpus, runner)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Exception) as error:
+            interrupted = isinstance(error, KeyboardInterrupt)
+            reason = (
+                "interrupted; rerun with --resume to continue" if interrupted else f"{type(error).__name__}: {error}"
+            )
             logger.log_experiment(
                 experiment.name,
                 experiment.item_for(config),
                 experiment.seed_names,
                 "failed",
-                "interrupted; rerun with --resume to continue",
+                reason,
                 time.perf_counter() - start,
             )
-            logger.save("partial")
-            raise
-        except Exception as error:
-            if fail_fast:
-                logger.log_experiment(
-                    experiment.name,
-                    experiment.item_for(config),
-                    experiment.seed_names,
-                    "failed",
-                    f"{type(error).__name__}: {error}",
-                    time.perf_counter() - start,
-                )
+            if interrupted or fail_fast:
                 logger.save("partial")
                 raise
             traceback.print_exc()
             failed = True
-            logger.log_experiment(
-                experiment.name,
-                experiment.item_for(config),
-                experiment.seed_names,
-                "failed",
-                f"{type(error).__name__}: {error}",
-                time.perf_counter() - start,
-            )
             logger.save("running")
             continue
         for record in result.metrics:
