@@ -29,6 +29,9 @@ class HMTConfig(PretrainedConfig):
        tokens before the segment (Eq. 4), and pushes the final hidden state at the trailing `P_n` into the cache as
        the new memory embedding `M_n` (Eq. 5).
 
+    With `attention_sink=True` (the default) every backbone pass starts with one more position, the backbone's own
+    embedding of `sink_token_id`, so the memory slot never sits at position 0 (see `attention_sink`).
+
     Args:
         text_config (`PretrainedConfig` or `dict`, *optional*):
             Config of the decoder-only backbone. Defaults to a default `LlamaConfig`.
@@ -62,6 +65,16 @@ class HMTConfig(PretrainedConfig):
             BPTT unroll, 15 segments, in one call). `None` runs all of them in one call. Without gradients
             (inference) the groups are also capped at `(L + k + 2) // (j + 2)` segments, so a representation pass
             never holds more positions than a segment pass and peak memory stays flat in the input length.
+        attention_sink (`bool`, *optional*, defaults to `True`):
+            Start every backbone pass (Eq. 1 and Eq. 4) with the backbone's embedding of `sink_token_id`:
+            `[sink ‖ P_n ‖ sensory ‖ H_n ‖ P_n]` and `[sink ‖ T ‖ H_n[0, j) ‖ T]`. Pretrained LMs park most of their
+            attention on position 0 (the "attention sink"); Eq. 4 puts the memory embedding there, and an untrained
+            memory embedding in that place makes a freshly converted HMT far worse than its own backbone
+            (`benchmarks/untrained_memory.py`). With the sink a fresh HMT is the chunked backbone plus sensory memory
+            and a memory slot it learns to read. `False` is Eq. 4 exactly (the paper's layout).
+        sink_token_id (`int`, *optional*):
+            The token whose embedding is the sink. Defaults to the backbone's `bos_token_id` (else `eos_token_id`,
+            else 0).
     """
 
     model_type = "hmt"
@@ -82,6 +95,8 @@ class HMTConfig(PretrainedConfig):
         retrieval_mode: str = "paper",
         loss_on_last_segment_only: bool = False,
         representation_batch_size: int | None = 16,
+        attention_sink: bool = True,
+        sink_token_id: int | None = None,
         **kwargs,
     ):
         if isinstance(text_config, dict):
@@ -105,6 +120,8 @@ class HMTConfig(PretrainedConfig):
         self.retrieval_mode = retrieval_mode
         self.loss_on_last_segment_only = loss_on_last_segment_only
         self.representation_batch_size = representation_batch_size
+        self.attention_sink = attention_sink
+        self.sink_token_id = sink_token_id
         # The base class pushes its attention implementation down to text_config: default it to the backbone's own.
         kwargs.setdefault("attn_implementation", getattr(text_config, "_attn_implementation", None))
         super().__init__(**kwargs)
@@ -119,6 +136,25 @@ class HMTConfig(PretrainedConfig):
     def hidden_dim(self) -> int:
         """`d`: width of the token embeddings, of `T`, of memory embeddings (`word_embed_proj_dim` for OPT)."""
         return getattr(self.text_config, "word_embed_proj_dim", None) or self.text_config.hidden_size
+
+    @property
+    def sink_positions(self) -> int:
+        """Positions the attention sink adds in front of every backbone pass (0 or 1)."""
+        return int(bool(self.attention_sink))
+
+    @property
+    def resolved_sink_token_id(self) -> int:
+        """The token id whose embedding is the attention sink (`sink_token_id`, else the backbone's BOS, EOS, 0)."""
+        for candidate in (
+            self.sink_token_id,
+            getattr(self.text_config, "bos_token_id", None),
+            getattr(self.text_config, "eos_token_id", None),
+        ):
+            if isinstance(candidate, (list, tuple)):
+                candidate = candidate[0] if candidate else None
+            if candidate is not None:
+                return int(candidate)
+        return 0
 
     @property
     def search_dim(self) -> int:
@@ -145,15 +181,19 @@ class HMTConfig(PretrainedConfig):
         check_int("num_memory_embeddings", 1)
         check_int("memory_search_dim", 1, allow_none=True)
         check_int("representation_batch_size", 1, allow_none=True)
+        vocab_size = getattr(self.text_config, "vocab_size", None)
+        check_int("sink_token_id", 0, vocab_size - 1 if isinstance(vocab_size, int) else None, allow_none=True)
+        if not isinstance(self.attention_sink, bool):
+            raise ValueError(f"attention_sink={self.attention_sink!r} must be True or False.")
         if self.retrieval_mode not in RETRIEVAL_MODES:
             raise ValueError(f"retrieval_mode={self.retrieval_mode!r} is invalid: use one of {RETRIEVAL_MODES}.")
         check_backbone_config(self.text_config)
         max_positions = getattr(self.text_config, "max_position_embeddings", None)
-        longest_pass = 2 + self.sensory_memory_size + length
+        longest_pass = 2 + self.sink_positions + self.sensory_memory_size + length
         if isinstance(max_positions, int) and longest_pass > max_positions:
             raise ValueError(
-                f"segment_length={length} + sensory_memory_size={self.sensory_memory_size} + 2 memory slots = "
-                f"{longest_pass} positions exceed the backbone's max_position_embeddings={max_positions}; "
+                f"segment_length={length} + sensory_memory_size={self.sensory_memory_size} + 2 memory slots + "
+                f"{self.sink_positions} sink = {longest_pass} positions exceed the backbone's max_position_embeddings={max_positions}; "
                 "lower segment_length or sensory_memory_size."
             )
 

@@ -3,11 +3,11 @@
 Shipped beside the weights of every saved HMT checkpoint (``trust_remote_code``): imports only torch, transformers
 and its sibling files.
 
-While decoding, each sequence has an open segment whose backbone context is `[P_n ‖ sensory ‖ tokens so far]`; the
-backbone's KV cache holds exactly that context (left-padded across the batch), so each new token costs one cached
-step. When a sequence's open segment holds `L` tokens and another token arrives, the segment is closed as in the
-forward pass — `P_n` is fed after its tokens and the final hidden state there is `M_n`, pushed into the memory cache —
-and a new segment is opened with a freshly retrieved `P_{n+1}` and the last `k` tokens as sensory memory.
+While decoding, each sequence has an open segment whose backbone context is `[sink ‖ P_n ‖ sensory ‖ tokens so far]`
+(no sink with `attention_sink=False`); the backbone's KV cache holds exactly that context (left-padded across the
+batch), so each new token costs one cached step. When a sequence's open segment holds `L` tokens and another token
+arrives, the segment is closed as in the forward pass — `P_n` is fed after its tokens and the final hidden state there
+is `M_n`, pushed into the memory cache — and a new segment is opened with a freshly retrieved `P_{n+1}` and the last `k` tokens as sensory memory.
 """
 
 from __future__ import annotations

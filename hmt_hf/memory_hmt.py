@@ -58,24 +58,44 @@ def run_backbone(backbone: nn.Module, embeds: torch.Tensor, mask: torch.Tensor, 
     return out.logits[:, out.logits.shape[1] - min(logits_to_keep, embeds.shape[1]) :], out.hidden_states[-1]
 
 
+def with_sink(sink: torch.Tensor | None, embeds: torch.Tensor, mask: torch.Tensor):
+    """Prepend the attention-sink embedding `sink` `(d,)` to every row of `embeds` `(R, n, d)` / `mask` `(R, n)`
+    (nothing when `sink` is None: the paper's layout)."""
+    if sink is None:
+        return embeds, mask
+    rows = embeds.shape[0]
+    return (
+        torch.cat([sink.to(embeds.dtype).expand(rows, 1, -1), embeds], 1),
+        torch.cat([mask.new_ones(rows, 1), mask], 1),
+    )
+
+
 class RepresentationEncoder(nn.Module):
     """Eq. 1: `S_n = BBM([T ‖ X ‖ T])` read at the trailing `T`, with `T` the learned summary prompt.
 
     `X` is the first `j` tokens of the segment (``retrieval_mode="paper"``) or the `j` tokens before it
-    (``"causal"``); the caller chooses. Rows of many segments are encoded in one backbone pass.
+    (``"causal"``); the caller chooses. Rows of many segments are encoded in one backbone pass. With an attention
+    sink the pass is `[sink ‖ T ‖ X ‖ T]`.
     """
 
     def __init__(self, hidden_dim: int):
         super().__init__()
         self.summary_prompt = nn.Parameter(torch.zeros(hidden_dim))
 
-    def forward(self, backbone: nn.Module, token_embeds: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
-        """`token_embeds` `(R, n, d)` with `token_mask` `(R, n)` → segment representations `S` `(R, d)`."""
+    def forward(
+        self,
+        backbone: nn.Module,
+        token_embeds: torch.Tensor,
+        token_mask: torch.Tensor,
+        sink: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """`token_embeds` `(R, n, d)` with `token_mask` `(R, n)` (and the sink embedding `(d,)` or None) →
+        segment representations `S` `(R, d)`."""
         rows = token_embeds.shape[0]
         prompt = self.summary_prompt.to(token_embeds.dtype).expand(rows, 1, -1)
         ones = token_mask.new_ones(rows, 1)
         packed, packed_mask, lengths = pack_right(
-            torch.cat([prompt, token_embeds, prompt], 1), torch.cat([ones, token_mask, ones], 1)
+            *with_sink(sink, torch.cat([prompt, token_embeds, prompt], 1), torch.cat([ones, token_mask, ones], 1))
         )
         _, hidden = run_backbone(backbone, packed, packed_mask)
         return hidden[torch.arange(rows, device=hidden.device), lengths - 1]
@@ -131,7 +151,8 @@ class SensoryMemory(nn.Module):
 
 class MemoryEmbeddingGenerator(nn.Module):
     """Eq. 4-5: decode `[P ‖ sensory ‖ H_n ‖ P]`; the segment positions give the logits and the final hidden state
-    at the trailing `P` is the new memory embedding `M_n`."""
+    at the trailing `P` is the new memory embedding `M_n`. With an attention sink: `[sink ‖ P ‖ sensory ‖ H_n ‖ P]`,
+    so `P` is not at position 0, where pretrained backbones keep their attention sink."""
 
     def forward(
         self,
@@ -142,17 +163,22 @@ class MemoryEmbeddingGenerator(nn.Module):
         segment_embeds: torch.Tensor,
         segment_mask: torch.Tensor,
         with_logits: bool = True,
+        sink: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """`retrieved` `(B, d)`, sensory `(B, k', d)`/`(B, k')`, segment `(B, L', d)`/`(B, L')` (valid prefix) →
-        segment logits `(B, L', V)` (None if not `with_logits`) and memory embeddings `M_n` `(B, d)`."""
+        """`retrieved` `(B, d)`, sensory `(B, k', d)`/`(B, k')`, segment `(B, L', d)`/`(B, L')` (valid prefix), the
+        sink embedding `(d,)` or None → segment logits `(B, L', V)` (None if not `with_logits`) and memory
+        embeddings `M_n` `(B, d)`."""
         rows, seg_len = segment_mask.shape
         memory_slot = retrieved.unsqueeze(1)
         ones = segment_mask.new_ones(rows, 1)
         packed, packed_mask, lengths = pack_right(
-            torch.cat([memory_slot, sensory_embeds, segment_embeds, memory_slot], 1),
-            torch.cat([ones, sensory_mask, segment_mask, ones], 1),
+            *with_sink(
+                sink,
+                torch.cat([memory_slot, sensory_embeds, segment_embeds, memory_slot], 1),
+                torch.cat([ones, sensory_mask, segment_mask, ones], 1),
+            )
         )
-        first_token = 1 + sensory_mask.sum(1)
+        first_token = 1 + (sink is not None) + sensory_mask.sum(1)
         # Logits from the earliest segment position of any row to the end: the LM head skips the memory and sensory
         # slots (and runs on one position only when no logits are needed).
         keep = packed.shape[1] - int(first_token.min()) if with_logits else 1

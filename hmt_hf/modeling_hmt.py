@@ -19,7 +19,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_hmt import HMTConfig, check_backbone_config
 from .generation_hmt import HMTCache, backbone_step, left_pad
-from .memory_hmt import HMTMemory, HMTMemoryState, decode_plain_segment
+from .memory_hmt import HMTMemory, HMTMemoryState, decode_plain_segment, with_sink
 
 try:  # transformers >= 5: init functions that leave already-loaded weights alone
     from transformers import initialization as init
@@ -167,6 +167,14 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
 
     def set_output_embeddings(self, new_embeddings):
         self.backbone.set_output_embeddings(new_embeddings)
+
+    def sink_embedding(self) -> torch.Tensor | None:
+        """The attention-sink embedding `(d,)` that starts every backbone pass, or None (`attention_sink=False`)."""
+        if not self.config.attention_sink:
+            return None
+        embed_tokens = self.get_input_embeddings()
+        token = torch.tensor([self.config.resolved_sink_token_id], device=embed_tokens.weight.device)
+        return embed_tokens(token)[0]
 
     def memory_parameter_overhead(self) -> dict:
         """Parameters HMT adds to the backbone: `{"memory_parameters", "backbone_parameters", "overhead_percent"}`."""
@@ -350,7 +358,14 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
                     weights_per_segment.append(weights)
                 sensory_embeds, sensory_mask = self.memory.sensory_memory(state)
                 logits, new_memory = self.memory.memory_embedding_generator(
-                    self.backbone, retrieved, sensory_embeds, sensory_mask, segment_embeds, segment_mask, with_logits
+                    self.backbone,
+                    retrieved,
+                    sensory_embeds,
+                    sensory_mask,
+                    segment_embeds,
+                    segment_mask,
+                    with_logits,
+                    sink=self.sink_embedding(),
                 )
                 segment_lengths = segment_mask.sum(1)
                 state = state.push(new_memory, segment_lengths > 0, config.num_memory_embeddings)
@@ -397,7 +412,8 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
         if not torch.is_grad_enabled():
             # Without gradients nothing of a segment outlives its pass, so a large batched representation pass would
             # set the peak memory: cap it at the positions of one segment pass, keeping inference memory flat.
-            group = min(group, max(1, (length + config.sensory_memory_size + 2) // (j + 2)))
+            sink = config.sink_positions
+            group = min(group, max(1, (length + config.sensory_memory_size + 2 + sink) // (j + 2 + sink)))
         last = first + group
         segments = range(first, min(last, num_segments))
         has_cache = state.cache_size > 0
@@ -423,7 +439,9 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
         needed = torch.stack(needed, 1).flatten(0, 1)
         queries = tokens.new_zeros(tokens.shape[0], tokens.shape[-1])
         if needed.any():
-            queries[needed] = self.memory.representation_encoder(self.backbone, tokens[needed], token_masks[needed])
+            queries[needed] = self.memory.representation_encoder(
+                self.backbone, tokens[needed], token_masks[needed], sink=self.sink_embedding()
+            )
         queries = queries.view(-1, len(segments), tokens.shape[-1])
         return {segment: queries[:, i] for i, segment in enumerate(segments)}
 
@@ -496,8 +514,11 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
         sensory_embeds, sensory_mask = self.memory.sensory_memory(state)
         ones = token_mask.new_ones(token_mask.shape[0], 1)
         context, context_mask = left_pad(
-            torch.cat([retrieved.unsqueeze(1), sensory_embeds, token_embeds], 1),
-            torch.cat([ones, sensory_mask, token_mask], 1),
+            *with_sink(
+                self.sink_embedding(),
+                torch.cat([retrieved.unsqueeze(1), sensory_embeds, token_embeds], 1),
+                torch.cat([ones, sensory_mask, token_mask], 1),
+            )
         )
         length = self.config.segment_length
         segment_embeds = F.pad(token_embeds * token_mask.unsqueeze(-1), (0, 0, 0, length - token_embeds.shape[1]))
@@ -530,7 +551,7 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
         queries = query_tokens.new_zeros(query_tokens.shape[0], query_tokens.shape[-1])
         if bool(needed.any()):
             queries[needed] = self.memory.representation_encoder(
-                self.backbone, query_tokens[needed], query_mask[needed]
+                self.backbone, query_tokens[needed], query_mask[needed], sink=self.sink_embedding()
             )
         return self._read_memory(state, queries)[0]
 
@@ -566,8 +587,11 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
         retrieved = torch.where(closing[:, None], self._read_memory_for_open_segment(state), cache.retrieved)
         sensory_embeds, sensory_mask = self.memory.sensory_memory(state)
         ones = closing.new_ones(closing.shape[0], 1)
-        opened = torch.cat([retrieved.unsqueeze(1), sensory_embeds, token], 1)
-        opened_mask = torch.cat([ones, sensory_mask, ones], 1)
+        opened, opened_mask = with_sink(
+            self.sink_embedding(),
+            torch.cat([retrieved.unsqueeze(1), sensory_embeds, token], 1),
+            torch.cat([ones, sensory_mask, ones], 1),
+        )
         kept = torch.cat([cache.context_embeds[:, :-1], token], 1)  # without the P_n fed above
         kept_mask = torch.cat([cache.context_mask[:, :-1], ones], 1)
         # Each row keeps either its old context plus the token or the new segment's context: one packing picks it.

@@ -24,6 +24,8 @@ def reference_hmt_logits(model, ids):
         config.num_memory_embeddings,
     )
     prompt = memory.representation_encoder.summary_prompt[None]
+    # The attention sink (default) starts every pass with the embedding of the sink token; none in the paper layout.
+    sink = embed(torch.tensor([config.resolved_sink_token_id]))[: int(config.attention_sink)]
     initial = memory.memory_search.initial_memory
     cache, logits = [], []
     for start in range(0, len(ids), length):
@@ -34,15 +36,18 @@ def reference_hmt_logits(model, ids):
             retrieved = initial
         else:
             read = segment[:j] if config.retrieval_mode == "paper" else ids[start - j : start]
-            encoded = backbone(inputs_embeds=torch.cat([prompt, embed(read), prompt])[None], output_hidden_states=True)
+            encoded = backbone(
+                inputs_embeds=torch.cat([sink, prompt, embed(read), prompt])[None], output_hidden_states=True
+            )
             query = encoded.hidden_states[-1][0, -1]  # Eq. 1
             stored = torch.stack(cache)
             scores = memory.memory_search.query_proj(query) @ memory.memory_search.key_proj(stored).T
             retrieved = torch.softmax(scores / math.sqrt(config.search_dim), -1) @ stored  # Eq. 2-3
         sensory = embed(ids[max(0, start - k) : start])  # Eq. 4
-        augmented = torch.cat([retrieved[None], sensory, embed(segment), retrieved[None]])
+        augmented = torch.cat([sink, retrieved[None], sensory, embed(segment), retrieved[None]])
         out = backbone(inputs_embeds=augmented[None], output_hidden_states=True)
-        logits.append(out.logits[0, 1 + len(sensory) : 1 + len(sensory) + len(segment)])
+        first = len(sink) + 1 + len(sensory)
+        logits.append(out.logits[0, first : first + len(segment)])
         cache = (cache + [out.hidden_states[-1][0, -1]])[-capacity:]  # Eq. 5, FIFO of N
     return torch.cat(logits)
 
@@ -51,6 +56,9 @@ def reference_hmt_logits(model, ids):
     "fields",
     [
         {},
+        {"attention_sink": False},  # Eq. 4 exactly: the memory slot at position 0
+        {"attention_sink": False, "use_memory_search": False},
+        {"sink_token_id": 7},
         {"retrieval_mode": "causal"},
         {"use_memory_search": False},
         {"use_sensory_memory": False},

@@ -196,8 +196,10 @@ class HMTScorer(Scorer):
                 continue
             if config.use_memory_search and segment_start > 0:  # Eq. 1 runs once the cache is non-empty
                 read = min(j, tokens) if config.retrieval_mode == "paper" else min(j, segment_start)
-                workload.add_pass(read + 2, rows=rows)
-            workload.add_pass(2 + min(sensory, segment_start) + tokens, logit_positions=logits, rows=rows)
+                workload.add_pass(read + 2 + config.sink_positions, rows=rows)
+            workload.add_pass(
+                2 + config.sink_positions + min(sensory, segment_start) + tokens, logit_positions=logits, rows=rows
+            )
         if not with_logits:
             workload.logit_positions += rows  # logits_to_keep=1
 
