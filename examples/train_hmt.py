@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import json
 import logging
 import math
 import os
@@ -104,12 +105,27 @@ STAGE_COMPLETE_FILE = "train_results.json"  # written by trainer.save_metrics("t
 
 # ---------------------------------------------------------------------------------------------------- arguments
 def parse_args(argv: list[str] | None = None):
-    """`(model_args, data_args, hmt_args, training_args)` from the command line or from a single `.json` file."""
+    """`(model_args, data_args, hmt_args, training_args)` from the command line, or from a `.json` file followed by
+    flags that override it (`train_hmt.py args.json --method chunked --output_dir runs/baseline`)."""
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, HMTArguments, TrainingArguments))
     argv = sys.argv[1:] if argv is None else list(argv)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
+    if argv and argv[0].endswith(".json"):
+        if len(argv) == 1:
+            return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
+        with open(argv[0], encoding="utf-8") as handle:
+            argv = json_to_flags(json.load(handle)) + argv[1:]
     return parser.parse_args_into_dataclasses(args=argv)
+
+
+def json_to_flags(values: dict) -> list[str]:
+    """An arguments dict as command-line flags (later flags override them)."""
+    flags = []
+    for name, value in values.items():
+        if value is None:
+            continue
+        items = value if isinstance(value, list) else [value]
+        flags += [f"--{name}", *(str(item).lower() if isinstance(item, bool) else str(item) for item in items)]
+    return flags
 
 
 def setup_logging(training_args: TrainingArguments):
@@ -354,10 +370,10 @@ def run_stage(stage, model, tokenizer, tokenized, args, checkpoint, callbacks) -
     model_args, data_args, hmt_args, training_args = args
     config = hmt_config(model)
     length = config.segment_length
-    apply_stage(model, stage)
+    apply_stage(model, stage, hmt_args.method)
     logger.info(
-        "%s: use_memory_search=%s, windows of %d segments x %d tokens", stage.name, stage.use_memory_search,
-        stage.bptt_depth, length,
+        "%s (%s): use_memory_search=%s, windows of %d segments x %d tokens", stage.name, hmt_args.method,
+        config.use_memory_search, stage.bptt_depth, length,
     )  # fmt: skip
     train_dataset = eval_dataset = None
     if training_args.do_train:
@@ -378,6 +394,7 @@ def run_stage(stage, model, tokenizer, tokenized, args, checkpoint, callbacks) -
         callbacks=[telemetry, *callbacks],
         lr_decay_steps=hmt_args.lr_decay_steps if hmt_args.lr_schedule == "step_decay" else None,
         lr_decay_gamma=hmt_args.lr_decay_gamma,
+        use_memory=hmt_args.method != "chunked",
     )
     metrics = {}
     if training_args.do_train:
@@ -424,6 +441,17 @@ def save_merged(model, tokenizer, output_dir: str, training_args: TrainingArgume
     merged.save_pretrained(merged_dir)
     tokenizer.save_pretrained(merged_dir)
     logger.info("Saved the merged HMT (LoRA folded into the backbone) to %s", merged_dir)
+
+
+def save_backbone(model, tokenizer, output_dir: str, training_args: TrainingArguments):
+    """The chunked baseline's trained backbone alone (a plain causal LM) in `<output_dir>/backbone`."""
+    if not training_args.should_save:
+        return
+    base = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    backbone_dir = os.path.join(output_dir, "backbone")
+    base.backbone.save_pretrained(backbone_dir)
+    tokenizer.save_pretrained(backbone_dir)
+    logger.info("Saved the trained chunked-baseline backbone (load with AutoModelForCausalLM) to %s", backbone_dir)
 
 
 # ---------------------------------------------------------------------------------------------------- main
@@ -481,6 +509,8 @@ def main(argv: list[str] | None = None, callbacks=()) -> dict:
         results[stage.name] = run_stage(stage, model, tokenizer, tokenized, args, checkpoint, callbacks)
     if model_args.save_merged_model:
         save_merged(model, tokenizer, training_args.output_dir, training_args)
+    if hmt_args.method == "chunked" and training_args.do_train:
+        save_backbone(model, tokenizer, training_args.output_dir, training_args)
     return results
 
 

@@ -38,7 +38,9 @@ class HMTCausalLMOutput(CausalLMOutputWithPast):
             logits aligned with the input positions (zeros at padded positions); only the last `logits_to_keep`
             positions when that is set.
         memory (`HMTMemoryState`): the memory after the last segment. Pass it back as `memory=` to continue the
-            same documents in the next call.
+            same documents in the next call. With gradients enabled it carries the autograd graph of this call, so
+            one backward through both calls' losses trains across them (BPTT over calls); after `loss.backward()`
+            pass `out.memory.detach()` instead (truncated BPTT), since the first call's graph has been freed.
         retrieval_weights (`tuple(torch.FloatTensor)`, *optional*): one `(batch_size, cached_memories)` tensor per
             segment — the memory-search attention over the cache (Eq. 3), when `output_retrieval_weights=True`.
     """
@@ -327,13 +329,7 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
                 return embed_tokens(input_ids.gather(1, index).masked_fill(~valid, 0)), valid
             return inputs_embeds.gather(1, index.unsqueeze(-1).expand(-1, -1, inputs_embeds.shape[-1])), valid
 
-        shift_labels = None
-        if labels is not None:
-            compact_labels = labels.gather(1, order).masked_fill(~compact_mask, -100)
-            shift_labels = F.pad(compact_labels[:, 1:], (0, 1), value=-100)
-            if config.loss_on_last_segment_only:
-                last_segment_start = (lengths - 1).clamp(min=0) // config.segment_length * config.segment_length
-                shift_labels = shift_labels.masked_fill(positions < last_segment_start[:, None], -100)
+        shift_labels = None if labels is None else self._scored_targets(labels, mask, order)
 
         keep = total if logits_to_keep == 0 else min(logits_to_keep, total)
         logits_out = None
@@ -401,6 +397,25 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
             retrieval_weights=tuple(weights_per_segment) if output_retrieval_weights else None,
         )
         return output if return_dict is not False else output.to_tuple()
+
+    def scored_targets(self, labels: torch.LongTensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The targets the loss scores for `labels` `(B, T)`: `(B, T)` with position `p` of each row's real tokens
+        holding the label of its token `p + 1`, and -100 where nothing is scored (the last token, padding, and with
+        `loss_on_last_segment_only` every target before the row's last segment). `(out != -100).sum()` is the loss's
+        token count, which `HMTTrainer` passes as `num_items_in_batch` so that a last-segment loss is a mean."""
+        mask = torch.ones_like(labels, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        return self._scored_targets(labels, mask, torch.argsort((~mask).to(torch.int8), dim=1, stable=True))
+
+    def _scored_targets(self, labels, mask, order) -> torch.Tensor:
+        lengths = mask.sum(1)
+        positions = torch.arange(mask.shape[1], device=mask.device)
+        compact_labels = labels.gather(1, order).masked_fill(positions >= lengths[:, None], -100)
+        shift_labels = F.pad(compact_labels[:, 1:], (0, 1), value=-100)
+        if self.config.loss_on_last_segment_only:
+            length = self.config.segment_length
+            last_segment_start = (lengths - 1).clamp(min=0) // length * length
+            shift_labels = shift_labels.masked_fill(positions < last_segment_start[:, None], -100)
+        return shift_labels
 
     def _encode_queries(self, state: HMTMemoryState, first: int, max_len: int, take) -> dict[int, torch.Tensor]:
         """Segment representations `S` (Eq. 1) for segments `first, first+1, ...` (up to `representation_batch_size`

@@ -183,8 +183,14 @@ class HMTStream:
             self.memory = self.model(ids, memory=self.memory, logits_to_keep=1).memory
             self.score.num_tokens += len(chunk)
             return
-        # num_items_in_batch=1 makes the loss the sum over the chunk's targets (positions 1..len-1).
-        out = self.model(ids, labels=ids, memory=self.memory, logits_to_keep=1, num_items_in_batch=1)
+        # num_items_in_batch=1 makes the loss the sum over the chunk's targets (positions 1..len-1); every target is
+        # scored, whatever the training loss of the model is (loss_on_last_segment_only).
+        config = self.model.config
+        training_rule, config.loss_on_last_segment_only = config.loss_on_last_segment_only, False
+        try:
+            out = self.model(ids, labels=ids, memory=self.memory, logits_to_keep=1, num_items_in_batch=1)
+        finally:
+            config.loss_on_last_segment_only = training_rule
         nll = out.loss.double()
         targets = len(chunk) - 1
         if self._last_logits is not None:

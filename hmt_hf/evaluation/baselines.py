@@ -24,6 +24,7 @@ from .scoring import Scorer, TokenScores, Workload, record_logits
 
 # ---------------------------------------------------------------------------------------------------- HMT / RMT
 OVERRIDABLE_FIELDS = (
+    "attention_sink",
     "use_memory_search",
     "use_sensory_memory",
     "sensory_memory_size",

@@ -129,9 +129,12 @@ def _pyplot():
     return plt
 
 
-def plot_panels(panels: list[tuple[str, object, str]], kind: str, path: Path, title: str) -> Path | None:
+def plot_panels(
+    panels: list[tuple[str, object, str]], kind: str, path: Path, title: str, log_y: bool = False
+) -> Path | None:
     """One figure, one panel per `(panel title, rows of one metric, y label)`: `kind="lines"` draws the metric vs
-    input length, one line per model (and variant); `kind="bars"` one bar per model (and variant)."""
+    input length, one line per model (and variant); `kind="bars"` one bar per model (and variant). `log_y` draws
+    the y axis in log scale (perplexities: one outlier then cannot flatten the other lines)."""
     panels = [(name, data[data["value"].notna()], label) for name, data, label in panels]
     panels = [panel for panel in panels if not panel[1].empty]
     if not panels:
@@ -154,6 +157,8 @@ def plot_panels(panels: list[tuple[str, object, str]], kind: str, path: Path, ti
             axis.bar(range(len(data)), data["value"], color=f"C{index}")
             axis.set_xticks(range(len(data)))
             axis.set_xticklabels(data["row"], rotation=30, ha="right", fontsize=7)
+        if log_y:
+            axis.set_yscale("log")
         axis.set_title(name, fontsize=9)
         axis.set_ylabel(label)
         axis.grid(True, alpha=0.3)
@@ -361,16 +366,23 @@ def write_reports(run_dir: str | os.PathLike, document: dict, summary_name: str 
             part.drop(columns=["row"]).to_csv(tables_dir / f"{_slug(experiment)}.csv", index=False)
             ppl = part[(part["metric"] == "perplexity") & part["protocol"].notna()]
             panels = [(protocol, rows, "perplexity") for protocol, rows in ppl.groupby("protocol", sort=False)]
+            untrained = any("untrained" in w for w in weights)
+            caveat = " (UNTRAINED memory)" if untrained else ""
             if ppl["sequence_length"].dropna().nunique() > 1:
                 path = plot_panels(
                     panels,
                     "lines",
                     plots_dir / f"{_slug(experiment)}_perplexity_vs_length.png",
-                    f"{experiment}: perplexity vs input length",
+                    f"{experiment}: perplexity vs input length{caveat}",
+                    log_y=True,
                 )
             elif ppl["row"].nunique() > 1:
                 path = plot_panels(
-                    panels, "bars", plots_dir / f"{_slug(experiment)}_perplexity.png", f"{experiment}: perplexity"
+                    panels,
+                    "bars",
+                    plots_dir / f"{_slug(experiment)}_perplexity.png",
+                    f"{experiment}: perplexity{caveat}",
+                    log_y=True,
                 )
             else:
                 path = None

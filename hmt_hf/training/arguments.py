@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .stages import METHODS
+
 STAGE_CHOICES = ("1", "2", "both")
 LR_SCHEDULE_CHOICES = ("step_decay", "trainer")
 DTYPE_CHOICES = ("auto", "bfloat16", "float16", "float32")
@@ -154,6 +156,16 @@ class HMTArguments:
     loss_on_last_segment_only: bool | None = field(
         default=None, metadata={"help": "Score only the last segment of each window (the reference code's loss)."}
     )
+    method: str = field(
+        default="hmt",
+        metadata={
+            "help": "hmt: the HMT. rmt: the same-budget RMT baseline (memory token only: no sensory memory, no memory "
+            "search). chunked: the same-budget plain backbone on independent segment_length-token chunks (memory "
+            "frozen and unused; the trained backbone is also saved alone in <output_dir>/backbone). All three train "
+            "on the same windows, steps, tokens and LR schedule.",
+            "choices": METHODS,
+        },
+    )
     stage: str = field(
         default="both",
         metadata={
@@ -185,6 +197,8 @@ class HMTArguments:
     lr_decay_gamma: float = field(default=0.9, metadata={"help": "LR factor per decay (the paper: 0.9 or 0.7)."})
 
     def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"--method={self.method!r} is invalid: use one of {METHODS}.")
         self.stage = str(self.stage)
         if self.stage not in STAGE_CHOICES:
             raise ValueError(f"--stage={self.stage!r} is invalid: use one of {STAGE_CHOICES}.")
@@ -194,10 +208,11 @@ class HMTArguments:
             raise ValueError(
                 f"--bptt_depth={self.bptt_depth} and --stage1_bptt_depth={self.stage1_bptt_depth} must be >= 1."
             )
-        if self.stage != "1" and self.bptt_depth < 2:
+        if self.method == "hmt" and self.stage != "1" and self.bptt_depth < 3:
             raise ValueError(
-                f"--bptt_depth={self.bptt_depth}: stage 2 trains memory search, which first runs in a window's "
-                "second segment; use --bptt_depth >= 2 (the paper: up to 15)."
+                f"--bptt_depth={self.bptt_depth}: stage 2 trains memory search, which needs at least two cached memories"
+                " to choose between (with one, the softmax is 1 and W_q, W_k and T get exactly zero gradient); a "
+                "window's third segment is the first with two. Use --bptt_depth >= 3 (the paper: up to 15)."
             )
         if self.lr_decay_steps < 1 or not 0 < self.lr_decay_gamma <= 1:
             raise ValueError(
@@ -218,4 +233,7 @@ class HMTArguments:
             "retrieval_mode",
             "loss_on_last_segment_only",
         )
-        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        fields = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        if self.method == "rmt":
+            fields["use_sensory_memory"] = False
+        return fields
