@@ -373,6 +373,49 @@ def test_two_stage_training_carries_weights_and_lowers_heldout_loss(workspace, t
     assert isinstance(reloaded, HMTForCausalLM) and reloaded.config.segment_length == 16
 
 
+def test_same_budget_baselines_train_on_the_same_windows(workspace, tmp_path):
+    """--method chunked / rmt: the same windows, steps, tokens and LR schedule as the HMT run; chunked trains only
+    the backbone (on independent L-token chunks) and saves it alone, RMT never searches and has no sensory memory."""
+    runs = {method: tmp_path / method for method in ("hmt", "chunked", "rmt")}
+    recorders = {method: RecordInitialWeights() for method in runs}
+    results = {method: train(workspace, folder, callbacks=[recorders[method]], method=method)
+               for method, folder in runs.items()}  # fmt: skip
+    for stage in ("stage1", "stage2"):
+        seen = {m: json.loads((runs[m] / stage / "trainer_state.json").read_text())["num_input_tokens_seen"]
+                for m in runs}  # fmt: skip
+        assert seen["hmt"] == seen["chunked"] == seen["rmt"] > 0
+        schedules = {m: [entry["learning_rate"] for entry in training_logs(runs[m] / stage)] for m in runs}
+        assert schedules["hmt"] == schedules["chunked"] == schedules["rmt"]
+
+    # Chunked: only the backbone is optimized; the memory stays as initialized; the saved backbone alone is the
+    # trained model, and it scores exactly like the HMT checkpoint without memory.
+    chunked_start = recorders["chunked"].stages[0]
+    memory_size = sum(v.numel() for k, v in chunked_start["state"].items() if k.startswith("memory."))
+    backbone_size = sum(v.numel() for k, v in chunked_start["state"].items() if k.startswith("backbone."))
+    assert chunked_start["optimized"] == chunked_start["trainable"] == backbone_size and memory_size > 0
+    saved = weights(runs["chunked"] / "stage2")
+    for key, value in chunked_start["state"].items():
+        if key.startswith("memory."):
+            assert torch.equal(saved[key], value), key
+    backbone = AutoModelForCausalLM.from_pretrained(runs["chunked"] / "backbone").eval()
+    hmt = AutoModelForCausalLM.from_pretrained(runs["chunked"] / "stage2").eval()
+    assert not isinstance(backbone, HMTForCausalLM)
+    ids = torch.randint(3, 60, (1, 16))
+    torch.testing.assert_close(backbone(ids).logits, hmt(ids, use_memory=False).logits)
+    assert results["chunked"]["stage2"]["eval_loss"] != results["hmt"]["stage2"]["eval_loss"]
+
+    # RMT: no sensory memory, no memory search in either stage, so the search parameters never move.
+    assert [stage["use_memory_search"] for stage in recorders["rmt"].stages] == [False, False]
+    config = json.loads((runs["rmt"] / "stage2" / "config.json").read_text())
+    assert (config["use_sensory_memory"], config["use_memory_search"]) == (False, False)
+    rmt_start, rmt_saved = recorders["rmt"].stages[0]["state"], weights(runs["rmt"] / "stage2")
+    for key in SEARCH_KEYS:
+        assert torch.equal(rmt_saved[key], rmt_start[key])
+    assert not torch.equal(
+        rmt_saved["memory.memory_search.initial_memory"], rmt_start["memory.memory_search.initial_memory"]
+    )
+
+
 def test_gradient_accumulation_and_activation_checkpointing_match(workspace, tmp_path):
     """Batch 2 = 2 x 1 with accumulation (Trainer's num_items_in_batch reaches the loss), and activation checkpointing
     changes nothing but memory: same losses and same final weights."""
