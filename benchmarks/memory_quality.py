@@ -155,6 +155,24 @@ def scorers_untrained(model: HMTForCausalLM) -> dict:
     }
 
 
+def training_budget(path: str) -> dict:
+    """Steps, tokens and wall time of the `examples/train_hmt.py` run a checkpoint came from (its stage folders)."""
+    run = Path(path).resolve()
+    run = run.parent if run.name in ("stage1", "stage2", "backbone") else run
+    budget = {}
+    for stage in ("stage1", "stage2"):
+        results, state = run / stage / "train_results.json", run / stage / "trainer_state.json"
+        if results.is_file() and state.is_file():
+            metrics, history = json.loads(results.read_text()), json.loads(state.read_text())
+            budget[stage] = {
+                "steps": history["global_step"],
+                "tokens": metrics.get("num_input_tokens_seen", history.get("num_input_tokens_seen")),
+                "wall_seconds": round(metrics["train_runtime"], 1),
+                "final_train_loss": round(metrics["train_loss"], 4),
+            }
+    return budget
+
+
 def load_checkpoint(path: str):
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -216,6 +234,7 @@ def main():
             num_memory_embeddings=args.num_memory_embeddings,
         ).eval()  # fmt: skip
         scorers = scorers_untrained(model)
+        budgets = {}
         weights = f"{args.backbone} backbone, freshly converted: HMT memory parameters UNTRAINED (seed 0)"
     else:
         checkpoints = dict(item.split("=", 1) for item in args.checkpoint)
@@ -225,6 +244,7 @@ def main():
         tokenizer = load_tokenizer(next(iter(checkpoints.values())))
         model = next((s.model for s in scorers.values() if isinstance(s, HMTScorer)), None)
         weights = "trained checkpoints: " + ", ".join(f"{k}={v}" for k, v in checkpoints.items())
+        budgets = {name: training_budget(path) for name, path in checkpoints.items()}
     reference = args.reference or next(iter(scorers))
     segment_length = args.segment_length
     results, diagnostics = [], {}
@@ -266,6 +286,7 @@ def main():
             "all_tokens": "every target 1..T-1 of each sample",
             "last_segment": "the targets of each sample's last segment (the paper's protocol)",
         },
+        "training_budget": budgets,
         "results": results,
         "diagnostics": diagnostics,
         "wall_seconds": round(time.time() - start, 1),
@@ -282,6 +303,14 @@ def write_summary(document: dict, output: Path):
     frame = pd.DataFrame(document["results"])
     lines = [f"# {document['benchmark']}", "", f"Weights: {document['weights']}.", ""]
     lines += [f"Ratios are against **{document['reference']}**, on the same samples.", ""]
+    if document.get("training_budget"):
+        lines += ["| model | stage | steps | tokens | wall time (s) | final train loss |", "|---|---|---|---|---|---|"]
+        for model, stages in document["training_budget"].items():
+            lines += [
+                f"| {model} | {stage} | {b['steps']} | {b['tokens']:,} | {b['wall_seconds']} | {b['final_train_loss']} |"
+                for stage, b in stages.items()
+            ]
+        lines.append("")
     for protocol, description in document["protocols"].items():
         part = frame[frame["protocol"] == protocol].copy()
         part["cell"] = [

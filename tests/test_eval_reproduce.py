@@ -180,6 +180,34 @@ def test_summary_tables_and_plots(full_run):
     assert csv[0].startswith("experiment,paper_item,model,variant,metric,value,unit")
 
 
+def test_perplexity_plots_are_log_scale_and_flag_untrained_memory(full_run, monkeypatch, tmp_path):
+    """One runaway perplexity must not flatten the other lines (log y axis), and a report built on untrained memory
+    says so in the plot title."""
+    import json
+
+    import matplotlib.axes
+    import matplotlib.figure
+
+    from hmt_hf.evaluation.reports import write_reports
+
+    scales, titles = [], []
+    set_yscale, suptitle = matplotlib.axes.Axes.set_yscale, matplotlib.figure.Figure.suptitle
+    monkeypatch.setattr(
+        matplotlib.axes.Axes, "set_yscale", lambda self, v, **k: scales.append(v) or set_yscale(self, v, **k)
+    )
+    monkeypatch.setattr(
+        matplotlib.figure.Figure, "suptitle", lambda self, t, **k: titles.append(t) or suptitle(self, t, **k)
+    )
+    document = json.loads((full_run["run_dir"] / "metrics.json").read_text())
+    write_reports(tmp_path, document)
+    perplexity_titles = [t for t in titles if "perplexity" in t]
+    # Every experiment on the run's fresh HMT is flagged; the two read from checkpoints (weights unknown) are not.
+    unflagged = sorted(t for t in perplexity_titles if "UNTRAINED memory" not in t)
+    assert unflagged == ["bptt_depth: perplexity", "two_stage: perplexity"]
+    assert len(perplexity_titles) > len(unflagged)
+    assert scales.count("log") >= len(perplexity_titles)
+
+
 def test_numbers_agree_across_experiments(full_run):
     document = full_run["document"]
     for protocol in ("last_segment", "all_tokens"):
