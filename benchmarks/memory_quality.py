@@ -85,6 +85,17 @@ def summarize(per_sample: dict[str, list[torch.Tensor]], reference: str, segment
 
 
 # ---------------------------------------------------------------------------------------------------- diagnostics
+def per_position(per_sample: dict[str, list[torch.Tensor]], segment_length: int, bins: int = 8) -> dict:
+    """Perplexity by position within a segment (after the first segment), in `bins` equal bins: where in a segment
+    the memory helps (a chunked model is worst at the start of its chunks)."""
+    result = {}
+    for model, nlls in per_sample.items():
+        stacked = torch.cat([n[segment_length : len(n) // segment_length * segment_length] for n in nlls])
+        by_position = stacked.view(-1, segment_length).mean(0)
+        result[model] = [round(math.exp(b.mean()), 2) for b in by_position.chunk(bins)]
+    return result
+
+
 @torch.no_grad()
 def attention_to_first_positions(model: HMTForCausalLM, sample: torch.Tensor, segment: int) -> dict:
     """Mean attention (over layers, heads and the segment's token queries) on key positions 0 and 1 when segment
@@ -234,7 +245,7 @@ def main():
             num_memory_embeddings=args.num_memory_embeddings,
         ).eval()  # fmt: skip
         scorers = scorers_untrained(model)
-        budgets = {}
+        budgets, curves = {}, {}
         weights = f"{args.backbone} backbone, freshly converted: HMT memory parameters UNTRAINED (seed 0)"
     else:
         checkpoints = dict(item.split("=", 1) for item in args.checkpoint)
@@ -245,6 +256,7 @@ def main():
         model = next((s.model for s in scorers.values() if isinstance(s, HMTScorer)), None)
         weights = "trained checkpoints: " + ", ".join(f"{k}={v}" for k, v in checkpoints.items())
         budgets = {name: training_budget(path) for name, path in checkpoints.items()}
+        curves = {name: learning_curve(path) for name, path in checkpoints.items()}
     reference = args.reference or next(iter(scorers))
     segment_length = args.segment_length
     results, diagnostics = [], {}
@@ -266,9 +278,13 @@ def main():
                     f"{row['change_vs_reference']:+.1%} (worst {row['worst_sample']:+.1%}, best {row['best_sample']:+.1%})",
                     flush=True,
                 )
+            if length == args.diagnostics_length:
+                diagnostics.setdefault(corpus, {})["per_position_in_segment"] = per_position(
+                    per_sample, segment_length
+                )
             if length == args.diagnostics_length and model is not None:
                 with hmt_overrides(model, **({"attention_sink": True} if args.mode == "untrained" else {})):
-                    diagnostics[corpus] = {"default": memory_diagnostics(model, samples[0], per_sample)}
+                    diagnostics[corpus]["default"] = memory_diagnostics(model, samples[0], per_sample)
                 if args.mode == "untrained":
                     with hmt_overrides(model, attention_sink=False):
                         diagnostics[corpus]["paper_layout"] = memory_diagnostics(model, samples[0], per_sample)
@@ -287,6 +303,7 @@ def main():
             "last_segment": "the targets of each sample's last segment (the paper's protocol)",
         },
         "training_budget": budgets,
+        "learning_curves": curves,
         "results": results,
         "diagnostics": diagnostics,
         "wall_seconds": round(time.time() - start, 1),
@@ -322,9 +339,24 @@ def write_summary(document: dict, output: Path):
         lines += [f"## {protocol}: {description}", "", table.to_markdown(index=False), ""]
     plot_path = plot(frame, output, document["weights"])
     lines += [f"![perplexity vs length]({plot_path.name})", ""]
+    if document.get("learning_curves"):
+        curves = plot_learning_curves(document["learning_curves"], output)
+        lines += ["Training loss per logged step (both stages; stage 2 starts where the vertical line is):", ""]
+        lines += [f"![learning curves]({curves.name})", ""]
     if document["diagnostics"]:
         lines += ["## Diagnostics (first sample of the diagnostics length)", ""]
         for corpus, layouts in document["diagnostics"].items():
+            positions = layouts.pop("per_position_in_segment", None)
+            if positions:
+                bins = len(next(iter(positions.values())))
+                lines += [f"**{corpus}**: perplexity by position within a segment ({bins} bins, first bin = "
+                          "the segment's first tokens; every segment but each sample's first):", "",
+                          "| model | " + " | ".join(f"bin {i + 1}" for i in range(bins)) + " |",
+                          "|---|" + "---|" * bins]  # fmt: skip
+                lines += [f"| {m} | " + " | ".join(str(v) for v in values) + " |" for m, values in positions.items()]
+                lines.append("")
+            if not layouts:
+                continue
             for layout, found in layouts.items():
                 attention = found["attention_to_first_positions"]
                 lines += [
@@ -341,6 +373,45 @@ def write_summary(document: dict, output: Path):
             segments = next(iter(layouts.values()))["per_segment_perplexity"]
             lines += [f"| {m} | {' '.join(str(v) for v in p)} |" for m, p in segments.items()] + [""]
     (output / "summary.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def learning_curve(path: str) -> dict:
+    """`{"stage1": [[step, loss], ...], "stage2": ...}` from the trainer_state.json of a checkpoint's run."""
+    run = Path(path).resolve()
+    run = run.parent if run.name in ("stage1", "stage2", "backbone") else run
+    curves = {}
+    for stage in ("stage1", "stage2"):
+        state = run / stage / "trainer_state.json"
+        if state.is_file():
+            history = json.loads(state.read_text())["log_history"]
+            curves[stage] = [[entry["step"], entry["loss"]] for entry in history if "loss" in entry]
+    return curves
+
+
+def plot_learning_curves(curves: dict, output: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4.2))
+    offset = 0
+    for index, (model, stages) in enumerate(curves.items()):
+        offset = stages["stage1"][-1][0] if stages.get("stage1") else 0
+        points = [(s, v) for s, v in stages.get("stage1", [])] + [(s + offset, v) for s, v in stages.get("stage2", [])]
+        if points:
+            axis.plot(*zip(*points), label=model, color=f"C{index}")
+    if offset:
+        axis.axvline(offset, color="grey", linestyle=":")
+    axis.set_xlabel("optimizer step")
+    axis.set_ylabel("training loss (nats/token)")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    path = output / "learning_curves.png"
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
 
 
 def plot(frame, output: Path, weights: str) -> Path:
