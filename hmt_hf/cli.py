@@ -1,7 +1,8 @@
-"""The `hmt-hf` command: `hmt-hf prepare-data ...`, `hmt-hf reproduce ...`.
+"""The `hmt-hf` command: `hmt-hf prepare-data ...`, `hmt-hf train ...`, `hmt-hf reproduce ...`.
 
 Each subcommand lives in the module that implements it; that module defines `add_arguments(parser)` and
-`run(args) -> int`. Modules are imported only when their subcommand runs, so `hmt-hf --help` stays fast.
+`run(args) -> int`, or `cli(argv) -> int` when it parses its own arguments (`train`: HfArgumentParser, as
+run_clm.py). Modules are imported only when their subcommand runs, so `hmt-hf --help` stays fast.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 
 SUBCOMMANDS = {
     "prepare-data": ("hmt_hf.data.corpora", "Build offline long-document corpora (books, wiki, arxiv) on disk."),
+    "train": ("hmt_hf.training.run", "Train an HMT (or a same-budget baseline) with Trainer: the two-stage recipe."),
     "reproduce": ("hmt_hf.evaluation.reproduce", "Run named experiments that reproduce the paper's tables/figures."),
 }
 
@@ -26,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.parse_args(argv or ["--help"])
         return 2
     module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
+    if hasattr(module, "cli"):
+        return int(module.cli(argv[1:]) or 0)
     subparser = argparse.ArgumentParser(prog=f"hmt-hf {argv[0]}", description=SUBCOMMANDS[argv[0]][1])
     module.add_arguments(subparser)
     return int(module.run(subparser.parse_args(argv[1:])) or 0)

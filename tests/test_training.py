@@ -416,6 +416,21 @@ def test_same_budget_baselines_train_on_the_same_windows(workspace, tmp_path):
     )
 
 
+def test_hmt_hf_train_runs_the_script_and_reports_bad_paths_in_one_line(workspace, tmp_path, capsys):
+    from hmt_hf.cli import main as cli_main
+
+    args = run_args(workspace, tmp_path / "run", stage="1", stage1_max_steps=2, max_steps=2, do_eval=False)
+    assert cli_main(["train", write_args(args, tmp_path / "args.json")]) == 0
+    assert (tmp_path / "run" / "model.safetensors").is_file()
+    for flag, value in (("model_name_or_path", "/no/such/backbone"), ("train_file", str(tmp_path / "none.jsonl"))):
+        bad = {**args, flag: value, "output_dir": str(tmp_path / "bad")}
+        capsys.readouterr()
+        assert cli_main(["train", write_args(bad, tmp_path / "bad.json")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1] == f"error: --{flag} {value}: no such file or folder." and "Traceback" not in "".join(err)
+        assert not (tmp_path / "bad").exists()
+
+
 def test_gradient_accumulation_and_activation_checkpointing_match(workspace, tmp_path):
     """Batch 2 = 2 x 1 with accumulation (Trainer's num_items_in_batch reaches the loss), and activation checkpointing
     changes nothing but memory: same losses and same final weights."""

