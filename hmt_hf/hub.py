@@ -57,7 +57,7 @@ def create_model_card(
         base_model=base_model,
         datasets=datasets,
         license=license,
-        tags=["hmt", "long-context", "memory", "custom_code", *(tags or [])],
+        tags=list(dict.fromkeys(["hmt", "long-context", "memory", "custom_code", *(tags or [])])),
         model_name=model_name,
         eval_results=results or None,
     )

@@ -404,6 +404,12 @@ def test_same_budget_baselines_train_on_the_same_windows(workspace, tmp_path):
     torch.testing.assert_close(backbone(ids).logits, hmt(ids, use_memory=False).logits)
     assert results["chunked"]["stage2"]["eval_loss"] != results["hmt"]["stage2"]["eval_loss"]
 
+    # Each stage folder gets the package's HMT card: the run's budget and held-out perplexity as model-index.
+    hmt_card = (runs["hmt"] / "stage2" / "README.md").read_text()
+    assert "Hierarchical Memory Transformer" in hmt_card and "model-index" in hmt_card
+    assert f"{results['hmt']['stage2']['perplexity']:.3f}" in hmt_card and "6 optimizer steps" in hmt_card
+    assert "chunked baseline" in (runs["chunked"] / "stage2" / "README.md").read_text()
+
     # RMT: no sensory memory, no memory search in either stage, so the search parameters never move.
     assert [stage["use_memory_search"] for stage in recorders["rmt"].stages] == [False, False]
     config = json.loads((runs["rmt"] / "stage2" / "config.json").read_text())

@@ -95,6 +95,7 @@ from .trainer import HMTTrainer
 
 logger = logging.getLogger(__name__)
 SMOLLM2, SMOLLM2_GGUF = "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the offline GGUF is a quantization of
 STAGE_COMPLETE_FILE = "train_results.json"  # written by trainer.save_metrics("train") once a stage has finished
 
 
@@ -427,7 +428,8 @@ def run_stage(stage, model, tokenizer, tokenized, args, checkpoint, callbacks) -
         trainer.save_metrics("eval", eval_metrics)
         metrics.update(eval_metrics)
     if training_args.do_train:
-        card = {"finetuned_from": model_args.model_name_or_path, "tasks": "text-generation", "tags": ["hmt"]}
+        base = SMOLLM2_HUB_ID if model_args.gguf_file == SMOLLM2_GGUF else model_args.model_name_or_path
+        card = {"finetuned_from": base, "tasks": "text-generation", "tags": [f"hmt-{hmt_args.method}"]}
         if data_args.dataset_name is not None:
             card["dataset_tags"] = card["dataset"] = data_args.dataset_name
         if training_args.push_to_hub:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from transformers import Trainer
 
 from .schedule import StepDecayLR
@@ -70,3 +72,63 @@ class HMTTrainer(Trainer):
         )
         self._created_lr_scheduler = True
         return self.lr_scheduler
+
+    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,
+                          tasks=None, dataset_tags=None, dataset=None, dataset_args=None):  # fmt: skip
+        """The HMT card of `hmt_hf.hub.create_model_card` (configuration, parameter overhead, this run's training
+        budget and held-out perplexity as `model-index`) instead of Trainer's generic one; `push_to_hub` uploads it."""
+        model = self.accelerator.unwrap_model(self.model)
+        model = model.get_base_model() if hasattr(model, "get_base_model") else model
+        if not self.is_world_process_zero() or getattr(model.config, "model_type", None) != "hmt":
+            return super().create_model_card(language, license, tags, model_name, finetuned_from, tasks,
+                                             dataset_tags, dataset, dataset_args)  # fmt: skip
+        import os
+
+        from ..data.documents import looks_like_local_path
+        from ..hub import create_model_card
+
+        datasets = [d for d in ([dataset] if isinstance(dataset, str) else dataset or []) if d]
+        hub_datasets = [d for d in datasets if not looks_like_local_path(d) and not os.path.exists(d)]
+        base_model = finetuned_from or getattr(model.config.text_config, "_name_or_path", None)
+        if base_model and (looks_like_local_path(base_model) or os.path.exists(base_model)):
+            base_model = None
+        history = self.state.log_history
+        train = next((entry for entry in reversed(history) if "train_runtime" in entry), {})
+        evaluation = next((entry for entry in reversed(history) if "eval_loss" in entry), None)
+        what = (
+            "The same-budget **chunked baseline**: the backbone trained on independent "
+            f"{model.config.segment_length}-token chunks (HMT forward with `use_memory=False`; memory unused)"
+            if not self.use_memory
+            else f"HMT training with memory search {'on' if model.config.use_memory_search else 'off'}"
+        )
+        training_text = (
+            f"{what}, with `hmt_hf` (`hmt-hf train`): {self.state.global_step} optimizer steps, "
+            f"{int(self.state.num_input_tokens_seen or 0):,} tokens, {train.get('train_runtime', 0):.0f} s of "
+            f"training; AdamW, learning rate {self.args.learning_rate}, batch {self.args.per_device_train_batch_size}"
+            f" x {self.args.gradient_accumulation_steps} accumulation x {self.args.world_size} processes; data: "
+            f"{', '.join(datasets) or 'not recorded'}."
+        )
+        results, evaluation_text = [], None
+        if evaluation is not None:
+            perplexity = math.exp(min(evaluation["eval_loss"], 700))
+            results.append({
+                "dataset_name": datasets[0] if datasets else "held-out documents", "dataset_split": "validation",
+                "metric_type": "perplexity", "metric_value": round(perplexity, 3),
+                "metric_name": "held-out perplexity, every token (paper retrieval mode)",
+            })  # fmt: skip
+            evaluation_text = (
+                f"Held-out perplexity {perplexity:.3f} (every token of the validation documents, in pieces; "
+                f"retrieval mode `{model.config.retrieval_mode}`), after step {evaluation.get('step')}."
+            )
+        card = create_model_card(
+            model,
+            self.args.hub_model_id or os.path.basename(os.path.abspath(self.args.output_dir)),
+            base_model=base_model,
+            datasets=hub_datasets or None,
+            eval_results=results,
+            training_text=training_text,
+            evaluation_text=evaluation_text,
+            license=license,
+            tags=[tags] if isinstance(tags, str) else tags,
+        )
+        card.save(os.path.join(self.args.output_dir, "README.md"))
