@@ -1,4 +1,4 @@
-"""The `hmt-hf` command: `hmt-hf prepare-data ...`, `hmt-hf train ...`, `hmt-hf reproduce ...`.
+"""The `hmt-hf` command: `hmt-hf convert ...`, `prepare-data ...`, `train ...`, `reproduce ...`.
 
 Each subcommand lives in the module that implements it; that module defines `add_arguments(parser)` and
 `run(args) -> int`, or `cli(argv) -> int` when it parses its own arguments (`train`: HfArgumentParser, as
@@ -12,6 +12,10 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
+    "convert": (
+        "hmt_hf.convert",
+        "Turn a decoder-only causal LM (Hub id, folder, GGUF, smollm2) into an HMT checkpoint.",
+    ),
     "prepare-data": ("hmt_hf.data.corpora", "Build offline long-document corpora (books, wiki, arxiv) on disk."),
     "train": ("hmt_hf.training.run", "Train an HMT (or a same-budget baseline) with Trainer: the two-stage recipe."),
     "reproduce": ("hmt_hf.evaluation.reproduce", "Run named experiments that reproduce the paper's tables/figures."),

@@ -437,6 +437,29 @@ def test_hmt_hf_train_runs_the_script_and_reports_bad_paths_in_one_line(workspac
         assert not (tmp_path / "bad").exists()
 
 
+def test_hmt_hf_convert_writes_a_loadable_hmt_with_its_card(workspace, tmp_path, capsys):
+    from hmt_hf.cli import main as cli_main
+
+    out = tmp_path / "hmt"
+    flags = ["--model_name_or_path", str(workspace / "backbone"), "--output-dir", str(out), "--segment_length", "16"]
+    assert cli_main(["convert", *flags, "--sensory_memory_size", "4", "--attention_sink", "false"]) == 0
+    assert "memory parameters" in capsys.readouterr().out
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert isinstance(model, HMTForCausalLM)
+    assert (model.config.segment_length, model.config.sensory_memory_size, model.config.attention_sink) == (
+        16,
+        4,
+        False,
+    )
+    assert (out / "tokenizer.json").is_file() and "UNTRAINED" in (out / "README.md").read_text()
+    # Bad input: one line, exit 2, nothing written.
+    assert cli_main(["convert", *flags]) == 2  # the folder is not empty now
+    assert "--overwrite_output_dir" in capsys.readouterr().err
+    assert cli_main(["convert", "--model_name_or_path", "/no/such", "--output_dir", str(tmp_path / "x")]) == 2
+    assert capsys.readouterr().err.strip() == "error: --model_name_or_path /no/such: no such folder."
+    assert not (tmp_path / "x").exists()
+
+
 def test_gradient_accumulation_and_activation_checkpointing_match(workspace, tmp_path):
     """Batch 2 = 2 x 1 with accumulation (Trainer's num_items_in_batch reaches the loss), and activation checkpointing
     changes nothing but memory: same losses and same final weights."""

@@ -6,7 +6,7 @@ command line or from a single `.json` file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from .stages import METHODS
 
@@ -132,14 +132,9 @@ class DataTrainingArguments:
 
 
 @dataclass
-class HMTArguments:
-    """HMT fields of a new model and the paper's two-stage recipe.
-
-    HMT fields left unset keep `HMTConfig`'s defaults for a new model, and the checkpoint's values for an HMT
-    checkpoint. The training samples of a stage are windows of `depth x segment_length` tokens over the
-    concatenated documents (stride `--window_stride`, one segment by default); backpropagation runs through every
-    segment of a window.
-    """
+class HMTModelArguments:
+    """`HMTConfig` fields of a new model (`hmt-hf convert`, `hmt-hf train`). Fields left unset keep `HMTConfig`'s
+    defaults for a new model, and the checkpoint's values for an HMT checkpoint."""
 
     segment_length: int | None = field(
         default=None, metadata={"help": "L: new tokens per segment (memory and sensory slots not counted)."}
@@ -156,6 +151,24 @@ class HMTArguments:
     loss_on_last_segment_only: bool | None = field(
         default=None, metadata={"help": "Score only the last segment of each window (the reference code's loss)."}
     )
+    attention_sink: bool | None = field(
+        default=None,
+        metadata={"help": "Start every backbone pass with the BOS embedding (default True); False is Eq. 4 exactly."},
+    )
+
+    def hmt_fields(self) -> dict:
+        """The HMTConfig fields given on the command line (unset ones are left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(HMTModelArguments) if getattr(self, f.name) is not None}
+
+
+@dataclass
+class HMTArguments(HMTModelArguments):
+    """HMT fields of a new model and the paper's two-stage recipe.
+
+    The training samples of a stage are windows of `depth x segment_length` tokens over the concatenated documents
+    (stride `--window_stride`, one segment by default); backpropagation runs through every segment of a window.
+    """
+
     method: str = field(
         default="hmt",
         metadata={
@@ -223,17 +236,7 @@ class HMTArguments:
             raise ValueError(f"--stage1_max_steps={self.stage1_max_steps} must be >= 1.")
 
     def hmt_fields(self) -> dict:
-        """The HMTConfig fields given on the command line (unset ones are left out)."""
-        names = (
-            "segment_length",
-            "sensory_memory_size",
-            "num_memory_embeddings",
-            "representation_length",
-            "memory_search_dim",
-            "retrieval_mode",
-            "loss_on_last_segment_only",
-        )
-        fields = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        fields = super().hmt_fields()
         if self.method == "rmt":
             fields["use_sensory_memory"] = False
         return fields
