@@ -34,3 +34,15 @@ def test_model_card_metadata_and_text(tmp_path):
     assert "Two stages on PG-19." in text and "No evaluation recorded" in text
     overhead = model.memory_parameter_overhead()
     assert f"{overhead['memory_parameters']:,}" in text
+
+
+def test_push_refuses_a_folder_that_is_not_an_hmt_checkpoint_before_any_network_call(tmp_path, capsys):
+    import json
+
+    from hmt_hf.cli import main
+
+    assert main(["push", "--model_name_or_path", str(tmp_path / "none"), "--repo_id", "user/x"]) == 2
+    assert "no checkpoint there (no config.json)" in capsys.readouterr().err
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert main(["push", "--model_name_or_path", str(tmp_path), "--repo_id", "user/x"]) == 2
+    assert "is not an HMT checkpoint; convert it with `hmt-hf convert`" in capsys.readouterr().err

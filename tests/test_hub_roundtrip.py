@@ -114,7 +114,23 @@ print(json.dumps({
 """
 
 
-def run_against_hub(script: str, hub: HubServer, home: Path, cwd: Path, pythonpath: str | None = None) -> dict:
+PUSH_WITH_CLI = (
+    PUSH.split("model.push_to_hub(repo_id)")[0]
+    + """
+from hmt_hf.cli import main
+folder = reference_path + ".checkpoint"
+model.save_pretrained(folder)
+tokenizer.save_pretrained(folder)
+create_model_card(model, repo_id=folder.rsplit("/", 1)[-1], training_text="Trained in a test.").save(folder + "/README.md")
+assert main(["push", "--model_name_or_path", folder, "--repo_id", repo_id]) == 0
+print(json.dumps({"tokenizer_class": type(tokenizer).__name__}))
+"""
+)
+
+
+def run_against_hub(
+    script: str, hub: HubServer, home: Path, cwd: Path, pythonpath: str | None = None, repo_id: str = REPO_ID
+) -> dict:
     """Run `script` in a fresh interpreter whose only Hub is `hub`, with an empty cache in `home`; its last stdout
     line is JSON."""
     env = {key: value for key, value in os.environ.items() if key not in CLIENT_VARIABLES}
@@ -135,7 +151,7 @@ def run_against_hub(script: str, hub: HubServer, home: Path, cwd: Path, pythonpa
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
     run = subprocess.run(
-        [sys.executable, "-c", script, REPO_ID, TEXT, str(home / "tensors.pt")],
+        [sys.executable, "-c", script, repo_id, TEXT, str(home / "tensors.pt")],
         cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,  # a trust_remote_code prompt fails at once instead of waiting for an answer
@@ -241,6 +257,25 @@ def test_load_from_the_hub_with_trust_remote_code_and_without_the_package(hub, p
     assert sorted(str(p.relative_to(snapshot)) for p in snapshot.rglob("*") if p.is_file()) == files
     for name in files:
         assert (snapshot / name).read_bytes() == hub.read_file(REPO_ID, name), name
+
+
+@pytest.mark.slow
+def test_hmt_hf_push_then_load_without_the_package(hub, tmp_path):
+    """`hmt-hf push` of a checkpoint folder, then a fresh process without hmt_hf loads it: same logits and
+    generation; the card names the repository, not the local folder, and training leftovers stay behind."""
+    repo = "test-user/pushed-with-cli"
+    (tmp_path / "push").mkdir()
+    (tmp_path / "load").mkdir()
+    pythonpath = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests")])
+    pushed = run_against_hub(PUSH_WITH_CLI, hub, tmp_path / "push", REPO_ROOT, pythonpath, repo_id=repo)
+    loaded = run_against_hub(LOAD, hub, tmp_path / "load", tmp_path, repo_id=repo)
+    assert loaded["package_importable"] is False and loaded["model_class"] == "HMTForCausalLM"
+    torch.testing.assert_close(loaded["tensors"]["logits"], pushed["tensors"]["logits"], rtol=0, atol=1e-6)
+    assert torch.equal(loaded["tensors"]["generated"], pushed["tensors"]["generated"])
+    files = set(hub.list_files(repo))
+    assert {"README.md", "config.json", "model.safetensors", "tokenizer.json", *REMOTE_CODE_FILES} <= files
+    readme = hub.read_file(repo, "README.md").decode()
+    assert f'from_pretrained("{repo}", trust_remote_code=True)' in readme and "Trained in a test." in readme
 
 
 def test_hub_server_refuses_what_the_hub_refuses():
