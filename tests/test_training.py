@@ -437,7 +437,7 @@ def test_hmt_hf_train_runs_the_script_and_reports_bad_paths_in_one_line(workspac
         assert not (tmp_path / "bad").exists()
 
 
-def test_hmt_hf_convert_writes_a_loadable_hmt_with_its_card(workspace, tmp_path, capsys):
+def test_hmt_hf_convert_then_generate(workspace, tmp_path, capsys):
     from hmt_hf.cli import main as cli_main
 
     out = tmp_path / "hmt"
@@ -458,6 +458,22 @@ def test_hmt_hf_convert_writes_a_loadable_hmt_with_its_card(workspace, tmp_path,
     assert cli_main(["convert", "--model_name_or_path", "/no/such", "--output_dir", str(tmp_path / "x")]) == 2
     assert capsys.readouterr().err.strip() == "error: --model_name_or_path /no/such: no such folder."
     assert not (tmp_path / "x").exists()
+
+    # hmt-hf generate on the converted checkpoint: streamed text equals greedy generate, for a prompt from a file
+    # that spans several segments (read into memory) and from the command line.
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    prompt = "def f(x):\n\treturn x * 2\n" * 4  # 88 characters: 5 segments of 16 tokens, and an open one
+    (tmp_path / "prompt.txt").write_text(prompt)
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    expected = tokenizer.decode(model.eval().generate(ids, max_new_tokens=20, do_sample=False)[0, ids.shape[1] :])
+    for source in (["--prompt_file", str(tmp_path / "prompt.txt")], ["--prompt", prompt]):
+        assert cli_main(["generate", "--model_name_or_path", str(out), *source, "--max_new_tokens", "20"]) == 0
+        assert capsys.readouterr().out.rstrip("\n") == expected.rstrip("\n")
+    both = ["--prompt", "a", "--prompt_file", str(tmp_path / "prompt.txt")]
+    assert cli_main(["generate", "--model_name_or_path", str(out), *both]) == 2
+    assert capsys.readouterr().err.strip() == "error: pass exactly one of --prompt TEXT or --prompt_file PATH."
 
 
 def test_gradient_accumulation_and_activation_checkpointing_match(workspace, tmp_path):
