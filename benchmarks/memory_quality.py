@@ -46,9 +46,6 @@ def scorers_untrained(model: HMTForCausalLM) -> dict:
         f"chunked (L={length})": ChunkedTransformer(model.backbone, length),
         "HMT default (attention sink)": HMTScorer(model, name="HMT default", overrides={"attention_sink": True}),
         "HMT paper layout (Eq. 4)": HMTScorer(model, name="HMT paper", overrides={"attention_sink": False}),
-        "HMT paper layout, stage-1 mode": HMTScorer(
-            model, name="HMT paper s1", overrides={"attention_sink": False, "use_memory_search": False}
-        ),
     }
 
 
@@ -83,7 +80,8 @@ def main():
     parser.add_argument("mode", choices=("untrained", "trained", "summary"), help="summary: rewrite summary.md")
     parser.add_argument("--corpora", default="books,wiki,arxiv")
     parser.add_argument("--lengths", default="1024,4096,16384")
-    parser.add_argument("--num-samples", type=int, default=4, help="samples per corpus and length (at most)")
+    parser.add_argument("--num-samples", type=int, default=3, help="samples per corpus and length (at most)")
+    parser.add_argument("--max-tokens", type=int, default=None, help="at most this many tokens per corpus and length")
     parser.add_argument("--data-root", default="data", help="folder holding prepare-data's books/wiki/arxiv")
     parser.add_argument("--backbone", default="smollm2", help="untrained: backbone to convert (smollm2 or folder)")
     parser.add_argument("--checkpoint", action="append", default=[], help="trained: NAME=PATH (repeat)")
@@ -131,6 +129,7 @@ def main():
         scorers, args.corpora.split(","), [int(n) for n in args.lengths.split(",")], tokenizer, args.data_root,
         args.segment_length, args.num_samples, reference, args.diagnostics_length, model,
         layouts if args.mode == "untrained" else None, log=lambda line: print(line, flush=True),
+        max_tokens=args.max_tokens,
     )  # fmt: skip
     document = {
         "benchmark": f"memory_quality {args.mode}",

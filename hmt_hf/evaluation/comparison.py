@@ -78,17 +78,20 @@ def compare(
     diagnostics_model=None,
     diagnostics_layouts: dict | None = None,
     log=print,
+    max_tokens: int | None = None,
 ) -> tuple[list[dict], dict]:
     """Score every `(corpus, length)` sample set with every scorer. Returns result rows (see [`summarize`]) and, at
     `diagnostics_length`, per-position perplexities and (with `diagnostics_model`, an HMT) memory diagnostics, once
-    per `{label: HMTConfig overrides}` of `diagnostics_layouts` (default: the model as it is)."""
+    per `{label: HMTConfig overrides}` of `diagnostics_layouts` (default: the model as it is). `max_tokens` caps the
+    samples of long lengths (at least one)."""
     import time
 
     reference = reference or next(iter(scorers))
     results, diagnostics = [], {}
     for corpus in corpora:
         for length in lengths:
-            samples = corpus_samples(corpus, data_root, tokenizer, length, num_samples)
+            count = num_samples if max_tokens is None else max(1, min(num_samples, max_tokens // length))
+            samples = corpus_samples(corpus, data_root, tokenizer, length, count)
             if not samples:
                 log(f"{corpus}: test split shorter than {length} tokens, skipped")
                 continue
