@@ -53,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     what.add_argument("--config", default=None, help="an ExperimentConfig as JSON; flags given here override it")
     what.add_argument(
+        "--preset",
+        default=None,
+        help="the whole job: convert, train the HMT and its same-budget baseline, evaluate, report into "
+        "--output-dir (quick: ~10 min on 2 CPU cores; books-cpu: ~1 h; paper: the paper's recipe, for a GPU)",
+    )
+    what.add_argument(
         "--compare",
         nargs="+",
         default=None,
@@ -380,6 +386,16 @@ def run_reproduction(
 def run(args: argparse.Namespace) -> int:
     from .experiments import EXPERIMENTS
 
+    if args.preset is not None:
+        from ..presets import run_preset
+
+        try:
+            summary = run_preset(args.preset, args.output_dir)
+        except (ValueError, OSError, RuntimeError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print(f"report: {summary}")
+        return 0
     if args.compare:
         from .reports import write_comparison
 

@@ -1,0 +1,258 @@
+"""`hmt-hf reproduce --preset NAME --output-dir DIR`: the whole job in one command.
+
+Convert a backbone to an HMT, train it (both stages) and the same-budget chunked baseline on the same windows,
+steps, tokens and schedule, then score HMT (paper and causal retrieval), the trained HMT in RMT mode, and the
+baseline as chunked, sliding-window and vanilla models on held-out documents, sample by sample. Writes
+
+    DIR/checkpoints/hmt        the trained HMT (AutoModelForCausalLM.from_pretrained)
+    DIR/checkpoints/baseline   the trained baseline backbone (a plain causal LM)
+    DIR/report/                metrics.json, summary.md, plots (perplexity vs length, learning curves)
+    DIR/runs/, DIR/logs/       the training runs (resumable) and their logs
+
+Rerunning the same command resumes: finished stages are skipped, unfinished ones continue from their checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One end-to-end configuration. `train` holds `hmt-hf train` arguments shared by the HMT and its baseline."""
+
+    description: str
+    corpus: str
+    lengths: tuple[int, ...]
+    num_samples: int
+    train: dict = field(default_factory=dict)
+
+
+COMMON = {
+    "model_name_or_path": "smollm2", "sensory_memory_size": 32, "num_memory_embeddings": 300,
+    "retrieval_mode": "paper", "stage": "both", "lr_schedule": "step_decay", "lr_decay_steps": 100,
+    "lr_decay_gamma": 0.9, "weight_decay": 0.0, "per_device_train_batch_size": 1, "seed": 42, "data_seed": 42,
+    "do_train": True, "do_eval": False, "eval_strategy": "no", "logging_steps": 2, "save_strategy": "steps",
+    "save_total_limit": 1, "report_to": "none", "disable_tqdm": True,
+}  # fmt: skip
+
+PRESETS = {
+    "quick": Preset(
+        "SmolLM2-135M, L=256, k=32, j=128, N=300; 12 stage-1 steps (2 x 256 tokens) and 24 stage-2 steps "
+        "(3 x 256 tokens) on the offline books corpus; ~10 minutes on 2 CPU cores",
+        corpus="books",
+        lengths=(2048, 4096),
+        num_samples=2,
+        train={
+            **COMMON,
+            "segment_length": 256,
+            "representation_length": 128,
+            "stage1_bptt_depth": 2,
+            "stage1_max_steps": 12,
+            "bptt_depth": 3,
+            "max_steps": 24,
+            "learning_rate": 5e-5,
+            "save_steps": 6,
+        },
+    ),  # fmt: skip
+    "books-cpu": Preset(
+        "SmolLM2-135M, L=256, k=32, j=128, N=300; 60 stage-1 steps (2 x 256 tokens) and 120 stage-2 steps "
+        "(4 x 256 tokens) on the offline books corpus; ~1 hour on 2 CPU cores",
+        corpus="books",
+        lengths=(2048, 8192, 16384),
+        num_samples=3,
+        train={
+            **COMMON,
+            "segment_length": 256,
+            "representation_length": 128,
+            "stage1_bptt_depth": 2,
+            "stage1_max_steps": 60,
+            "bptt_depth": 4,
+            "max_steps": 120,
+            "learning_rate": 5e-5,
+            "save_steps": 20,
+        },
+    ),  # fmt: skip
+    "paper": Preset(
+        "The paper's recipe (Table 7): L=1024, j=512, k=32, N=300, 15-segment BPTT in stage 2, 700 steps per stage, "
+        "batch 2, LR 1e-5 with x0.9 every 100 steps, bf16 — for a GPU",
+        corpus="books",
+        lengths=(2048, 10240, 30720),
+        num_samples=4,
+        train={
+            **COMMON,
+            "segment_length": 1024,
+            "representation_length": 512,
+            "stage1_bptt_depth": 2,
+            "stage1_max_steps": 700,
+            "bptt_depth": 15,
+            "max_steps": 700,
+            "learning_rate": 1e-5,
+            "per_device_train_batch_size": 2,
+            "bf16": True,
+            "activation_checkpointing": True,
+            "save_steps": 100,
+        },
+    ),  # fmt: skip
+}
+
+
+def log(message: str):
+    print(f"[hmt-hf reproduce {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def check(name: str, output_dir: str):
+    """Fail before anything slow: an unknown preset, a missing offline backbone."""
+    if name not in PRESETS:
+        raise ValueError(f"--preset {name!r} is unknown: use one of {sorted(PRESETS)}.")
+    from .offline import smollm2_folder
+
+    if PRESETS[name].train["model_name_or_path"] == "smollm2":
+        smollm2_folder()
+    if os.path.isfile(output_dir):
+        raise ValueError(f"--output-dir {output_dir} is a file; pass a folder.")
+
+
+def train_both(preset: Preset, root: Path, threads: int) -> dict[str, Path]:
+    """Train the HMT and the chunked baseline side by side (one process each), showing their progress."""
+    data_dir = root / "data" / preset.corpus
+    runs, logs = root / "runs", root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    jobs = {}
+    for method in ("hmt", "chunked"):
+        args = {**preset.train, "dataset_name": str(data_dir), "output_dir": str(runs / method), "method": method}
+        args_file = runs.parent / "logs" / f"{method}.json"
+        args_file.write_text(json.dumps(args, indent=1))
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        command = [sys.executable, "-m", "hmt_hf.training.run", str(args_file), "--resume_from_checkpoint", "last"]
+        handle = open(logs / f"{method}.log", "a", encoding="utf-8")
+        jobs[method] = (subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env), handle)
+    try:
+        while any(process.poll() is None for process, _ in jobs.values()):
+            time.sleep(10)
+            log("training: " + "; ".join(f"{m} {progress(runs / m)}" for m in jobs))
+    finally:
+        for process, handle in jobs.values():
+            if process.poll() is None:
+                process.terminate()
+            handle.close()
+    for method, (process, _) in jobs.items():
+        if process.returncode != 0:
+            tail = (logs / f"{method}.log").read_text(encoding="utf-8", errors="replace")[-2000:]
+            raise RuntimeError(f"training {method} failed (exit {process.returncode}); {logs / method}.log:\n{tail}")
+    return {"hmt": runs / "hmt" / "stage2", "baseline": runs / "chunked" / "backbone"}
+
+
+def progress(run: Path) -> str:
+    """`stageN step/total` of a training run, from its newest checkpoint or finished stage."""
+    for stage in ("stage2", "stage1"):
+        folder = run / stage
+        if (folder / "train_results.json").is_file():
+            return f"{stage} done"
+        checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        if checkpoints:
+            state = json.loads((checkpoints[-1] / "trainer_state.json").read_text())
+            return f"{stage} {state['global_step']}/{state['max_steps']}"
+    return "starting"
+
+
+def export(trained: dict[str, Path], root: Path) -> dict[str, Path]:
+    """Copy the final models to DIR/checkpoints/{hmt,baseline} (without optimizer checkpoints)."""
+    exported = {}
+    for name, source in trained.items():
+        target = root / "checkpoints" / name
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("checkpoint-*", "training_args.bin"))
+        exported[name] = target
+    return exported
+
+
+def evaluate(preset: Preset, root: Path, checkpoints: dict[str, Path], threads: int) -> Path:
+    """Score the trained HMT and baseline on the held-out test documents; write DIR/report."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .evaluation import ChunkedTransformer, HMTScorer, SlidingWindowTransformer, VanillaTransformer, comparison
+
+    torch.set_num_threads(threads)
+    hmt = AutoModelForCausalLM.from_pretrained(checkpoints["hmt"]).eval()
+    baseline = AutoModelForCausalLM.from_pretrained(checkpoints["baseline"]).eval()
+    tokenizer = AutoTokenizer.from_pretrained(checkpoints["hmt"])
+    length = hmt.config.segment_length
+    scorers = {
+        f"chunked (trained baseline, L={length})": ChunkedTransformer(baseline, length),
+        "HMT (paper retrieval)": HMTScorer(hmt, name="HMT paper", overrides={"retrieval_mode": "paper"}),
+        "HMT (causal retrieval)": HMTScorer(hmt, name="HMT causal", overrides={"retrieval_mode": "causal"}),
+        "RMT mode of the trained HMT (no sensory memory, no search)": HMTScorer(
+            hmt, name="RMT", overrides={"use_memory_search": False, "use_sensory_memory": False}
+        ),
+        f"sliding window (trained baseline, {4 * length}/{length})": SlidingWindowTransformer(
+            baseline, 4 * length, length
+        ),
+        "vanilla (trained baseline, its whole context)": VanillaTransformer(baseline),
+    }
+    start = time.time()
+    results, diagnostics = comparison.compare(
+        scorers, [preset.corpus], list(preset.lengths), tokenizer, str(root / "data"), length, preset.num_samples,
+        diagnostics_length=preset.lengths[-1], diagnostics_model=hmt, log=log,
+    )  # fmt: skip
+    sources = {"HMT": root / "runs" / "hmt", f"chunked (trained baseline, L={length})": root / "runs" / "chunked"}
+    document = {
+        "benchmark": "hmt-hf reproduce --preset",
+        "weights": f"trained: HMT {checkpoints['hmt']}, baseline {checkpoints['baseline']} (same windows, steps, "
+        "tokens and schedule)",
+        "reference": next(iter(scorers)),
+        "hmt": {
+            k: getattr(hmt.config, k)
+            for k in (
+                "segment_length",
+                "sensory_memory_size",
+                "representation_length",
+                "num_memory_embeddings",
+                "attention_sink",
+            )
+        },  # fmt: skip
+        "protocols": {
+            "all_tokens": "every target 1..T-1 of each sample",
+            "last_segment": "the targets of each sample's last segment (the paper's protocol)",
+        },
+        "training_budget": {name: comparison.training_budget(str(path)) for name, path in sources.items()},
+        "learning_curves": {name: comparison.learning_curve(str(path)) for name, path in sources.items()},
+        "results": results,
+        "diagnostics": diagnostics,
+        "wall_seconds": round(time.time() - start, 1),
+        "threads": threads,
+    }
+    return comparison.save(document, root / "report")
+
+
+def run_preset(name: str, output_dir: str) -> Path:
+    """Run the preset end to end (resumable); returns the report's summary.md."""
+    check(name, output_dir)
+    preset = PRESETS[name]
+    root = Path(output_dir)
+    started = time.time()
+    log(f"preset {name}: {preset.description}")
+    data_dir = root / "data" / preset.corpus
+    if not (data_dir / "dataset_dict.json").is_file():
+        from .data import prepare_data
+
+        log(f"[1/4] preparing the {preset.corpus} corpus (split by document) in {data_dir}")
+        prepare_data(preset.corpus, output_dir=data_dir)
+    threads = max(1, (os.cpu_count() or 2) // 2)
+    log(f"[2/4] training the HMT and the same-budget chunked baseline ({threads} thread(s) each); logs in {root}/logs")
+    trained = train_both(preset, root, threads)
+    log("[3/4] exporting the trained models to checkpoints/hmt and checkpoints/baseline")
+    checkpoints = export(trained, root)
+    log(f"[4/4] scoring held-out {preset.corpus} documents at {', '.join(map(str, preset.lengths))} tokens")
+    summary = evaluate(preset, root, checkpoints, threads=os.cpu_count() or 2)
+    log(f"done in {time.time() - started:.0f} s: report {summary}")
+    return summary
