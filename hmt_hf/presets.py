@@ -136,8 +136,9 @@ def train_both(preset: Preset, root: Path, threads: int) -> dict[str, Path]:
         jobs[method] = (subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env), handle)
     try:
         while any(process.poll() is None for process, _ in jobs.values()):
-            time.sleep(10)
-            log("training: " + "; ".join(f"{m} {progress(runs / m)}" for m in jobs))
+            time.sleep(15)
+            steps = {"stage1": preset.train["stage1_max_steps"], "stage2": preset.train["max_steps"]}
+            log("training: " + "; ".join(f"{m} {progress(runs / m, steps)}" for m in jobs))
     finally:
         for process, handle in jobs.values():
             if process.poll() is None:
@@ -150,17 +151,17 @@ def train_both(preset: Preset, root: Path, threads: int) -> dict[str, Path]:
     return {"hmt": runs / "hmt" / "stage2", "baseline": runs / "chunked" / "backbone"}
 
 
-def progress(run: Path) -> str:
-    """`stageN step/total` of a training run, from its newest checkpoint or finished stage."""
+def progress(run: Path, max_steps: dict[str, int]) -> str:
+    """`stageN step/total` of a training run, from the telemetry its stages write at every log."""
     for stage in ("stage2", "stage1"):
         folder = run / stage
         if (folder / "train_results.json").is_file():
             return f"{stage} done"
-        checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-        if checkpoints:
-            state = json.loads((checkpoints[-1] / "trainer_state.json").read_text())
-            return f"{stage} {state['global_step']}/{state['max_steps']}"
-    return "starting"
+        telemetry = folder / "telemetry.jsonl"
+        if telemetry.is_file():
+            steps = [json.loads(line).get("step", 0) for line in telemetry.read_text().splitlines() if line.strip()]
+            return f"{stage} step {max(steps, default=0)}/{max_steps[stage]}"
+    return "loading the model and tokenizing the corpus"
 
 
 def export(trained: dict[str, Path], root: Path) -> dict[str, Path]:
