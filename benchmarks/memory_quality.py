@@ -114,7 +114,7 @@ def main():
         budgets, curves = {}, {}
         weights = f"{args.backbone} backbone, freshly converted: HMT memory parameters UNTRAINED (seed 0)"
     else:
-        checkpoints = dict(item.split("=", 1) for item in args.checkpoint)
+        checkpoints = dict(item.rsplit("=", 1) for item in args.checkpoint)  # names may hold "=" (L=256)
         if not checkpoints:
             raise SystemExit("trained: pass --checkpoint NAME=PATH for each model")
         scorers = scorers_trained(checkpoints)

@@ -157,10 +157,17 @@ def progress(run: Path, max_steps: dict[str, int]) -> str:
         folder = run / stage
         if (folder / "train_results.json").is_file():
             return f"{stage} done"
-        telemetry = folder / "telemetry.jsonl"
-        if telemetry.is_file():
-            steps = [json.loads(line).get("step", 0) for line in telemetry.read_text().splitlines() if line.strip()]
-            return f"{stage} step {max(steps, default=0)}/{max_steps[stage]}"
+        try:  # the run appends to this file while we read it: a partial last line is skipped
+            lines = (folder / "telemetry.jsonl").read_text().splitlines()
+        except OSError:
+            continue
+        steps = []
+        for line in lines:
+            try:
+                steps.append(json.loads(line).get("step", 0))
+            except ValueError:
+                pass
+        return f"{stage} step {max(steps, default=0)}/{max_steps[stage]}"
     return "loading the model and tokenizing the corpus"
 
 
