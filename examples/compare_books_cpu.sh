@@ -19,7 +19,11 @@ train hmt --method hmt & train chunked --method chunked & wait
 # L=1024 chunks: one segment per window, as many tokens per stage as the L=256 runs (stage 1: 30 x 1,024 = 60 x 512).
 train rmt --method rmt & train chunked-1024 --method chunked --segment_length 1024 --stage1_bptt_depth 1 \
   --stage1_max_steps 30 --bptt_depth 1 & wait
-python benchmarks/memory_quality.py trained --corpora books,wiki --lengths 2048,8192,16384 --num-samples 3 \
-  --threads 2 --output "$report" \
-  --checkpoint "chunked (L=256)=$runs/chunked/backbone" --checkpoint "HMT=$runs/hmt/stage2" \
-  --checkpoint "RMT=$runs/rmt/stage2" --checkpoint "chunked (L=1024)=$runs/chunked-1024/backbone"
+models=(--checkpoint "chunked (L=256)=$runs/chunked/backbone" --checkpoint "HMT=$runs/hmt/stage2"
+        --checkpoint "RMT=$runs/rmt/stage2" --checkpoint "chunked (L=1024)=$runs/chunked-1024/backbone")
+# Held-out test documents of the training corpus, and Wikipedia (not trained on); one process each.
+python benchmarks/memory_quality.py trained --corpora books --lengths 2048,8192,16384 --num-samples 3 \
+  --max-tokens 32768 --diagnostics-length 8192 --threads 1 --output "$report/books" "${models[@]}" &
+python benchmarks/memory_quality.py trained --corpora wiki --lengths 2048,8192 --num-samples 3 \
+  --diagnostics-length 8192 --threads 1 --output "$report/wiki" "${models[@]}" &
+wait
