@@ -476,6 +476,20 @@ def test_hmt_hf_convert_then_generate(workspace, tmp_path, capsys):
     assert capsys.readouterr().err.strip() == "error: pass exactly one of --prompt TEXT or --prompt_file PATH."
 
 
+def test_resume_skips_a_checkpoint_that_was_not_saved_completely(tmp_path):
+    """A run killed while saving leaves `checkpoint-N` without trainer_state.json; `last` resumes from the newest
+    complete one instead of failing."""
+    from hmt_hf.training.run import last_complete_checkpoint, resolve_checkpoint
+
+    assert last_complete_checkpoint(str(tmp_path / "missing")) is None
+    for step, complete in ((5, True), (10, True), (15, False)):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        if complete:
+            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-notes").mkdir()
+    assert resolve_checkpoint("last", str(tmp_path), []) == (str(tmp_path / "checkpoint-10"), False)
+
+
 def test_gradient_accumulation_and_activation_checkpointing_match(workspace, tmp_path):
     """Batch 2 = 2 x 1 with accumulation (Trainer's num_items_in_batch reaches the loss), and activation checkpointing
     changes nothing but memory: same losses and same final weights."""

@@ -60,6 +60,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -74,7 +75,6 @@ from transformers import (
     TrainingArguments,
     set_seed,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
 from .. import HMTForCausalLM  # importing hmt_hf registers model_type "hmt" with the Auto classes
 from ..data import (
@@ -312,6 +312,23 @@ def stage_output_dir(training_args: TrainingArguments, stage, num_stages: int) -
     return training_args.output_dir if num_stages == 1 else os.path.join(training_args.output_dir, stage.name)
 
 
+def last_complete_checkpoint(output_dir: str) -> str | None:
+    """The newest `checkpoint-N` folder of `output_dir` that was saved completely (Trainer writes
+    `trainer_state.json` last); a run killed while saving leaves a partial folder, which is skipped."""
+    if not os.path.isdir(output_dir):
+        return None
+    steps = sorted(
+        (int(name.split("-")[1]) for name in os.listdir(output_dir) if re.fullmatch(r"checkpoint-\d+", name)),
+        reverse=True,
+    )
+    for step in steps:
+        folder = os.path.join(output_dir, f"checkpoint-{step}")
+        if os.path.isfile(os.path.join(folder, "trainer_state.json")):
+            return folder
+        logger.warning("Skipping %s: it was not saved completely (no trainer_state.json)", folder)
+    return None
+
+
 def resolve_checkpoint(resume: str | None, output_dir: str, later_dirs: list[str]) -> tuple[str | None, bool]:
     """`(checkpoint to resume this stage from, whether to skip this stage)` for `--resume_from_checkpoint`:
     a folder (this stage resumes from it if it lies in this stage's output folder; earlier stages are skipped
@@ -322,7 +339,7 @@ def resolve_checkpoint(resume: str | None, output_dir: str, later_dirs: list[str
     if resume.lower() in ("last", "true"):
         if os.path.isfile(os.path.join(output_dir, STAGE_COMPLETE_FILE)):
             return None, True
-        return (get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None), False
+        return last_complete_checkpoint(output_dir), False
     checkpoint = Path(resume).resolve()
     if not checkpoint.is_dir():
         raise ValueError(f"--resume_from_checkpoint {resume}: no such folder (or pass `last`).")
