@@ -167,7 +167,9 @@ def progress(run: Path, max_steps: dict[str, int]) -> str:
                 steps.append(json.loads(line).get("step", 0))
             except ValueError:
                 pass
-        return f"{stage} step {max(steps, default=0)}/{max_steps[stage]}"
+        return (
+            f"{stage} step {steps[-1] if steps else 0}/{max_steps[stage]}"  # the last record (a resumed run appends)
+        )
     return "loading the model and tokenizing the corpus"
 
 
