@@ -108,14 +108,18 @@ def log(message: str):
     print(f"[hmt-hf reproduce {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def check(name: str, output_dir: str):
-    """Fail before anything slow: an unknown preset, a missing offline backbone."""
+def check(name: str, output_dir: str, model: str | None = None):
+    """Fail before anything slow: an unknown preset, a missing backbone folder or offline SmolLM2."""
     if name not in PRESETS:
         raise ValueError(f"--preset {name!r} is unknown: use one of {sorted(PRESETS)}.")
+    from .data.documents import looks_like_local_path
     from .offline import smollm2_folder
 
-    if PRESETS[name].train["model_name_or_path"] == "smollm2":
+    model = model or PRESETS[name].train["model_name_or_path"]
+    if model == "smollm2":
         smollm2_folder()
+    elif looks_like_local_path(model) and not os.path.isdir(model):
+        raise ValueError(f"--model {model}: no such folder; pass a model folder, a Hub id or `smollm2`.")
     if os.path.isfile(output_dir):
         raise ValueError(f"--output-dir {output_dir} is a file; pass a folder.")
 
@@ -128,7 +132,7 @@ def train_both(preset: Preset, root: Path, threads: int) -> dict[str, Path]:
     jobs = {}
     for method in ("hmt", "chunked"):
         args = {**preset.train, "dataset_name": str(data_dir), "output_dir": str(runs / method), "method": method}
-        args_file = runs.parent / "logs" / f"{method}.json"
+        args_file = logs / f"{method}.json"
         args_file.write_text(json.dumps(args, indent=1))
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         command = [sys.executable, "-m", "hmt_hf.training.run", str(args_file), "--resume_from_checkpoint", "last"]
@@ -244,10 +248,14 @@ def evaluate(preset: Preset, root: Path, checkpoints: dict[str, Path], threads: 
     return comparison.save(document, root / "report")
 
 
-def run_preset(name: str, output_dir: str) -> Path:
-    """Run the preset end to end (resumable); returns the report's summary.md."""
-    check(name, output_dir)
+def run_preset(name: str, output_dir: str, model: str | None = None) -> Path:
+    """Run the preset end to end (resumable); returns the report's summary.md. `model` replaces the preset's backbone
+    (a Hub id or folder: `--preset paper --model HuggingFaceTB/SmolLM2-135M` on a machine with the Hub)."""
+    check(name, output_dir, model)
     preset = PRESETS[name]
+    if model is not None:
+        preset = Preset(preset.description, preset.corpus, preset.lengths, preset.num_samples,
+                        {**preset.train, "model_name_or_path": model})  # fmt: skip
     root = Path(output_dir)
     started = time.time()
     log(f"preset {name}: {preset.description}")

@@ -390,7 +390,7 @@ def run(args: argparse.Namespace) -> int:
         from ..presets import run_preset
 
         try:
-            summary = run_preset(args.preset, args.output_dir)
+            summary = run_preset(args.preset, args.output_dir, args.model_name)
         except (ValueError, OSError, RuntimeError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
