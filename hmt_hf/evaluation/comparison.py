@@ -289,6 +289,7 @@ def write_summary(document: dict, output: Path):
 
 def plot(frame, output: Path, weights: str) -> Path:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -303,6 +304,8 @@ def plot(frame, output: Path, weights: str) -> Path:
                 axis.plot(group["length"], group["perplexity"], marker="o", label=model)
             axis.set_xscale("log")
             axis.set_yscale("log")
+            axis.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            axis.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
             axis.set_title(f"{corpus}, {protocol}", fontsize=9)
             axis.set_xlabel("sample length (tokens)")
             axis.set_ylabel("perplexity")
