@@ -245,7 +245,43 @@ def evaluate(preset: Preset, root: Path, checkpoints: dict[str, Path], threads: 
         "wall_seconds": round(time.time() - start, 1),
         "threads": threads,
     }
-    return comparison.save(document, root / "report")
+    summary = comparison.save(document, root / "report")
+    write_card(hmt, checkpoints["hmt"], document)
+    return summary
+
+
+def write_card(hmt, folder: Path, document: dict):
+    """The exported HMT's model card, with the report's results (the same-budget baseline beside HMT) as its
+    `model-index` and the training budget of both."""
+    from .hub import create_model_card
+    from .offline import SMOLLM2_HUB_ID
+
+    results = [
+        {
+            "dataset_name": f"held-out {row['corpus']} test documents", "dataset_type": row["corpus"],
+            "dataset_split": "test", "metric_type": "perplexity", "metric_value": row["perplexity"],
+            "metric_name": f"{row['model']}, {row['length']}-token samples, {row['protocol'].replace('_', ' ')}",
+        }
+        for row in document["results"]
+        if row["model"] in (document["reference"], "HMT (paper retrieval)")
+    ]  # fmt: skip
+    budget = document["training_budget"]
+    training = "; ".join(
+        f"{name}: " + ", ".join(f"{stage} {b['steps']} steps / {b['tokens']:,} tokens / {b['wall_seconds']:.0f} s"
+                                for stage, b in stages.items())
+        for name, stages in budget.items()
+    )  # fmt: skip
+    lines = [f"| {r['metric_name']} | {r['metric_value']} |" for r in results]
+    create_model_card(
+        hmt,
+        folder.name,
+        base_model=SMOLLM2_HUB_ID if "smollm2" in str(hmt.config.text_config._name_or_path).lower() else None,
+        eval_results=results,
+        training_text=f"`hmt-hf reproduce --preset`, the HMT and its same-budget chunked baseline on the same "
+        f"windows, steps and schedule ({training}).",
+        evaluation_text="Perplexity on held-out documents (see the run's report/summary.md):\n\n"
+        "| model, samples, protocol | perplexity |\n|---|---|\n" + "\n".join(lines),
+    ).save(folder / "README.md")
 
 
 def run_preset(name: str, output_dir: str, model: str | None = None) -> Path:

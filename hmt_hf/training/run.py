@@ -439,7 +439,8 @@ def run_stage(stage, model, tokenizer, tokenized, args, checkpoint, callbacks) -
         metrics.update(eval_metrics)
     if training_args.do_train:
         base = SMOLLM2_HUB_ID if model_args.gguf_file == SMOLLM2_GGUF else model_args.model_name_or_path
-        card = {"finetuned_from": base, "tasks": "text-generation", "tags": [f"hmt-{hmt_args.method}"]}
+        tags = [] if hmt_args.method == "hmt" else [f"baseline-{hmt_args.method}"]
+        card = {"finetuned_from": base, "tasks": "text-generation", "tags": tags}
         if data_args.dataset_name is not None:
             card["dataset_tags"] = card["dataset"] = data_args.dataset_name
         if training_args.push_to_hub:
