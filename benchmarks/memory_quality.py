@@ -4,8 +4,8 @@
 Two measurements (both on the test split of the offline corpora, `hmt-hf prepare-data NAME --output-dir DIR`):
 
 * `untrained`: a freshly converted HMT (`from_backbone`, memory parameters untrained) in the default layout
-  (`attention_sink=True`) and in the paper's exact layout (`attention_sink=False`, Eq. 4: the memory slot at
-  position 0), against the plain chunked backbone at the same L. Plus the diagnostics that explain the difference:
+  (`attention_sink=True, normalize_memory=True`) and as the paper writes it (both False, Eq. 1-5: the raw final
+  hidden state as memory, at position 0), against the plain chunked backbone at the same L. Plus the diagnostics that explain the difference:
   per-segment losses, attention mass on position 0, memory-embedding norms, retrieval-weight entropy.
 * `trained`: checkpoints written by `examples/train_hmt.py` with `--method hmt|rmt|chunked` on the same windows,
   steps and schedule: HMT (paper and causal retrieval) and RMT against the chunked baselines.
@@ -34,18 +34,19 @@ from common import load_tokenizer, set_threads, smollm2_location
 from hmt_hf import HMTForCausalLM
 from hmt_hf.evaluation import ChunkedTransformer, HMTScorer, comparison
 
-# ---------------------------------------------------------------------------------------------------- samples
-
-
-# ---------------------------------------------------------------------------------------------------- diagnostics
+# The package default (attention sink, normalized memory) and the paper's Eq. 1-5 exactly, on the same weights.
+LAYOUTS = {
+    "default": {"attention_sink": True, "normalize_memory": True},
+    "paper_layout": {"attention_sink": False, "normalize_memory": False},
+}
 
 
 def scorers_untrained(model: HMTForCausalLM) -> dict:
     length = model.config.segment_length
     return {
         f"chunked (L={length})": ChunkedTransformer(model.backbone, length),
-        "HMT default (attention sink)": HMTScorer(model, name="HMT default", overrides={"attention_sink": True}),
-        "HMT paper layout (Eq. 4)": HMTScorer(model, name="HMT paper", overrides={"attention_sink": False}),
+        "HMT default": HMTScorer(model, name="HMT default", overrides=LAYOUTS["default"]),
+        "HMT paper (Eq. 1-5)": HMTScorer(model, name="HMT paper", overrides=LAYOUTS["paper_layout"]),
     }
 
 
@@ -124,11 +125,10 @@ def main():
         budgets = {name: comparison.training_budget(path) for name, path in checkpoints.items()}
         curves = {name: comparison.learning_curve(path) for name, path in checkpoints.items()}
     reference = args.reference or next(iter(scorers))
-    layouts = {"default": {"attention_sink": True}, "paper_layout": {"attention_sink": False}}
     results, diagnostics = comparison.compare(
         scorers, args.corpora.split(","), [int(n) for n in args.lengths.split(",")], tokenizer, args.data_root,
         args.segment_length, args.num_samples, reference, args.diagnostics_length, model,
-        layouts if args.mode == "untrained" else None, log=lambda line: print(line, flush=True),
+        LAYOUTS if args.mode == "untrained" else None, log=lambda line: print(line, flush=True),
         max_tokens=args.max_tokens,
     )  # fmt: skip
     document = {

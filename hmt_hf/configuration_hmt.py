@@ -75,6 +75,14 @@ class HMTConfig(PretrainedConfig):
         sink_token_id (`int`, *optional*):
             The token whose embedding is the sink. Defaults to the backbone's `bos_token_id` (else `eos_token_id`,
             else 0).
+        normalize_memory (`bool`, *optional*, defaults to `True`):
+            Keep the memory at the scale the backbone reads and the search soft. A memory embedding is the final
+            hidden state `h` at the trailing memory slot rescaled, `M_n = g ⊙ h / rms(h)`, with a learned gain `g`
+            that starts at the token embeddings' scale (raw final hidden states are ~15x larger than token
+            embeddings on SmolLM2, and the backbone all but ignores them); memory search scores `τ · cos(Q, K)` with
+            a learned temperature `τ` (starting at 10) instead of `Q Kᵀ / √d_h`, whose scores are so large that
+            training makes the softmax one-hot. `False` is Eq. 3 and Eq. 5 exactly; with `attention_sink=False` too,
+            the model is the paper's.
     """
 
     model_type = "hmt"
@@ -97,6 +105,7 @@ class HMTConfig(PretrainedConfig):
         representation_batch_size: int | None = 16,
         attention_sink: bool = True,
         sink_token_id: int | None = None,
+        normalize_memory: bool = True,
         **kwargs,
     ):
         if isinstance(text_config, dict):
@@ -122,6 +131,7 @@ class HMTConfig(PretrainedConfig):
         self.representation_batch_size = representation_batch_size
         self.attention_sink = attention_sink
         self.sink_token_id = sink_token_id
+        self.normalize_memory = normalize_memory
         # The base class pushes its attention implementation down to text_config: default it to the backbone's own.
         kwargs.setdefault("attn_implementation", getattr(text_config, "_attn_implementation", None))
         super().__init__(**kwargs)
@@ -183,8 +193,9 @@ class HMTConfig(PretrainedConfig):
         check_int("representation_batch_size", 1, allow_none=True)
         vocab_size = getattr(self.text_config, "vocab_size", None)
         check_int("sink_token_id", 0, vocab_size - 1 if isinstance(vocab_size, int) else None, allow_none=True)
-        if not isinstance(self.attention_sink, bool):
-            raise ValueError(f"attention_sink={self.attention_sink!r} must be True or False.")
+        for name in ("attention_sink", "normalize_memory"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False.")
         if self.retrieval_mode not in RETRIEVAL_MODES:
             raise ValueError(f"retrieval_mode={self.retrieval_mode!r} is invalid: use one of {RETRIEVAL_MODES}.")
         check_backbone_config(self.text_config)

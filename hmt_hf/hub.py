@@ -80,6 +80,7 @@ def create_model_card(
         use_sensory_memory=config.use_sensory_memory,
         retrieval_mode=config.retrieval_mode,
         attention_sink=config.attention_sink,
+        normalize_memory=config.normalize_memory,
         memory_parameters=f"{overhead['memory_parameters']:,}",
         memory_percent=f"{overhead['overhead_percent']:.2f}",
         training_text=training_text or "Not documented: the memory parameters may be untrained.",

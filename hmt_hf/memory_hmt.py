@@ -106,6 +106,11 @@ class MemorySearch(nn.Module):
 
     `Q = S W_q`, `K = M W_k`, `P = softmax(Q Kᵀ / √d_h) M` (no value or output projection). A sequence whose cache
     is empty reads the learned `initial_memory` instead.
+
+    With `normalized=True` the scores are `τ · cos(Q, K)` with a learned temperature `τ = exp(log_temperature)`:
+    final hidden states share a few very large dimensions, so the raw dot products are so large that a small change
+    in training turns the softmax one-hot (on SmolLM2 it settles on the oldest memory for every segment); the cosine
+    bounds the scores by `±τ`.
     """
 
     def __init__(self, hidden_dim: int, search_dim: int):
@@ -114,9 +119,10 @@ class MemorySearch(nn.Module):
         self.query_proj = nn.Linear(hidden_dim, search_dim, bias=False)
         self.key_proj = nn.Linear(hidden_dim, search_dim, bias=False)
         self.initial_memory = nn.Parameter(torch.zeros(hidden_dim))
+        self.log_temperature = nn.Parameter(torch.zeros(()))
 
     def forward(
-        self, representation: torch.Tensor, memories: torch.Tensor, memory_mask: torch.Tensor
+        self, representation: torch.Tensor, memories: torch.Tensor, memory_mask: torch.Tensor, normalized: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`representation` `(B, d)`, `memories` `(B, c, d)`, `memory_mask` `(B, c)` →
         retrieved memory `P` `(B, d)` and retrieval weights `(B, c)` (zero on empty slots)."""
@@ -124,9 +130,13 @@ class MemorySearch(nn.Module):
         initial = self.initial_memory.to(representation.dtype).expand(batch, -1)
         if memories.shape[1] == 0:
             return initial, memory_mask.to(representation.dtype)
-        query = self.query_proj(representation)
-        keys = self.key_proj(memories)
-        scores = torch.einsum("bh,bch->bc", query.float(), keys.float()) / math.sqrt(self.search_dim)
+        query = self.query_proj(representation).float()
+        keys = self.key_proj(memories).float()
+        if normalized:
+            query, keys = nn.functional.normalize(query, dim=-1), nn.functional.normalize(keys, dim=-1)
+            scores = torch.einsum("bh,bch->bc", query, keys) * self.log_temperature.float().exp()
+        else:
+            scores = torch.einsum("bh,bch->bc", query, keys) / math.sqrt(self.search_dim)
         # A finite fill keeps rows with an empty cache NaN-free; their result is replaced below.
         scores = scores.masked_fill(~memory_mask, torch.finfo(scores.dtype).min)
         weights = torch.softmax(scores, dim=-1) * memory_mask
@@ -152,7 +162,23 @@ class SensoryMemory(nn.Module):
 class MemoryEmbeddingGenerator(nn.Module):
     """Eq. 4-5: decode `[P ‖ sensory ‖ H_n ‖ P]`; the segment positions give the logits and the final hidden state
     at the trailing `P` is the new memory embedding `M_n`. With an attention sink: `[sink ‖ P ‖ sensory ‖ H_n ‖ P]`,
-    so `P` is not at position 0, where pretrained backbones keep their attention sink."""
+    so `P` is not at position 0, where pretrained backbones keep their attention sink.
+
+    With `normalized=True`, `M_n = g ⊙ h / rms(h)` for the final hidden state `h`, with a learned gain `g` that
+    starts at the token embeddings' scale: the memory enters the next segment as loud as a token does (a final
+    hidden state is ~15x larger on SmolLM2, and the backbone all but ignores the slot).
+    """
+
+    def __init__(self, hidden_dim: int):
+        super().__init__()
+        self.memory_gain = nn.Parameter(torch.ones(hidden_dim))
+
+    def memory_embedding(self, hidden: torch.Tensor, normalized: bool) -> torch.Tensor:
+        """The memory embedding `M_n` `(B, d)` from the final hidden state at the trailing memory slot `(B, d)`."""
+        if not normalized:
+            return hidden
+        rms = hidden.float().pow(2).mean(-1, keepdim=True).add(1e-6).rsqrt()
+        return (hidden.float() * rms).to(hidden.dtype) * self.memory_gain.to(hidden.dtype)
 
     def forward(
         self,
@@ -164,10 +190,11 @@ class MemoryEmbeddingGenerator(nn.Module):
         segment_mask: torch.Tensor,
         with_logits: bool = True,
         sink: torch.Tensor | None = None,
+        normalized: bool = False,
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """`retrieved` `(B, d)`, sensory `(B, k', d)`/`(B, k')`, segment `(B, L', d)`/`(B, L')` (valid prefix), the
-        sink embedding `(d,)` or None → segment logits `(B, L', V)` (None if not `with_logits`) and memory
-        embeddings `M_n` `(B, d)`."""
+        sink embedding `(d,)` or None, `normalized` (see the class) → segment logits `(B, L', V)` (None if not
+        `with_logits`) and memory embeddings `M_n` `(B, d)`."""
         rows, seg_len = segment_mask.shape
         memory_slot = retrieved.unsqueeze(1)
         ones = segment_mask.new_ones(rows, 1)
@@ -184,7 +211,7 @@ class MemoryEmbeddingGenerator(nn.Module):
         keep = packed.shape[1] - int(first_token.min()) if with_logits else 1
         logits, hidden = run_backbone(backbone, packed, packed_mask, logits_to_keep=keep)
         row_index = torch.arange(rows, device=hidden.device)
-        new_memory = hidden[row_index, lengths - 1]
+        new_memory = self.memory_embedding(hidden[row_index, lengths - 1], normalized)
         if not with_logits:
             return None, new_memory
         start = first_token - (packed.shape[1] - keep)
@@ -205,14 +232,15 @@ def decode_plain_segment(
 
 class HMTMemory(nn.Module):
     """All learned memory parameters of HMT in one module (so PEFT's `modules_to_save=["memory"]` trains and saves
-    them with an adapter): `T` (Eq. 1), `W_q`, `W_k` and the initial memory (Eq. 2-3)."""
+    them with an adapter): `T` (Eq. 1), `W_q`, `W_k`, the initial memory and the search temperature (Eq. 2-3), the
+    memory gain (Eq. 5). The temperature and gain exist in every layout; only `normalize_memory=True` reads them."""
 
     def __init__(self, hidden_dim: int, search_dim: int, sensory_memory_size: int):
         super().__init__()
         self.representation_encoder = RepresentationEncoder(hidden_dim)
         self.memory_search = MemorySearch(hidden_dim, search_dim)
         self.sensory_memory = SensoryMemory(sensory_memory_size)
-        self.memory_embedding_generator = MemoryEmbeddingGenerator()
+        self.memory_embedding_generator = MemoryEmbeddingGenerator(hidden_dim)
 
 
 @dataclass

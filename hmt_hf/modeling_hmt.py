@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import os
 from dataclasses import dataclass
 
@@ -20,6 +21,10 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from .configuration_hmt import HMTConfig, check_backbone_config
 from .generation_hmt import HMTCache, backbone_step, left_pad
 from .memory_hmt import HMTMemory, HMTMemoryState, decode_plain_segment, with_sink
+
+# `τ` of the normalized memory search at initialisation (`normalize_memory=True`): cosines of an untrained search
+# differ by a few hundredths, so the first retrievals are nearly uniform averages of the cache.
+INITIAL_SEARCH_TEMPERATURE = 10.0
 
 try:  # transformers >= 5: init functions that leave already-loaded weights alone
     from transformers import initialization as init
@@ -67,6 +72,9 @@ class HMTPreTrainedModel(PreTrainedModel):
             init.normal_(module.summary_prompt, std=self._token_embedding_std())
         elif hasattr(module, "initial_memory"):
             init.normal_(module.initial_memory, std=self._token_embedding_std())
+            init.constant_(module.log_temperature, math.log(INITIAL_SEARCH_TEMPERATURE))
+        elif hasattr(module, "memory_gain"):
+            init.constant_(module.memory_gain, self._token_embedding_std())
 
     def _token_embedding_std(self) -> float:
         weight = self.backbone.get_input_embeddings().weight
@@ -362,6 +370,7 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
                     segment_mask,
                     with_logits,
                     sink=self.sink_embedding(),
+                    normalized=config.normalize_memory,
                 )
                 segment_lengths = segment_mask.sum(1)
                 state = state.push(new_memory, segment_lengths > 0, config.num_memory_embeddings)
@@ -466,7 +475,9 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
             newest, exists = state.newest_memory()
             initial = self.memory.memory_search.initial_memory.to(newest.dtype).expand_as(newest)
             return torch.where(exists[:, None], newest, initial), None
-        return self.memory.memory_search(query, state.memories, state.memory_mask)
+        return self.memory.memory_search(
+            query, state.memories, state.memory_mask, normalized=self.config.normalize_memory
+        )
 
     # ------------------------------------------------------------------ decoding
     def _prefill_prompt(self, input_ids, attention_mask, memory, logits_to_keep) -> HMTCausalLMOutput:
@@ -595,7 +606,9 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
         closed = backbone_step(
             self.backbone, cache, cache.retrieved.unsqueeze(1), closing.unsqueeze(1), output_hidden_states=True
         )
-        new_memory = closed.hidden_states[-1][:, -1]
+        new_memory = self.memory.memory_embedding_generator.memory_embedding(
+            closed.hidden_states[-1][:, -1], config.normalize_memory
+        )
         state = cache.memory.push(new_memory, closing, config.num_memory_embeddings)
         state = state.remember_tokens(cache.segment_embeds, cache.segment_length * closing)
 

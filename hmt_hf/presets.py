@@ -222,6 +222,7 @@ def evaluate(preset: Preset, root: Path, checkpoints: dict[str, Path], threads: 
                 "representation_length",
                 "num_memory_embeddings",
                 "attention_sink",
+                "normalize_memory",
             )
         },  # fmt: skip
         "protocols": {

@@ -10,6 +10,7 @@ from tiny_backbones import tiny_config
 from transformers import AutoModelForCausalLM
 
 from hmt_hf import HMTConfig, HMTForCausalLM
+from hmt_hf.evaluation.baselines import hmt_overrides
 
 
 def reference_hmt_logits(model, ids):
@@ -41,14 +42,21 @@ def reference_hmt_logits(model, ids):
             )
             query = encoded.hidden_states[-1][0, -1]  # Eq. 1
             stored = torch.stack(cache)
-            scores = memory.memory_search.query_proj(query) @ memory.memory_search.key_proj(stored).T
-            retrieved = torch.softmax(scores / math.sqrt(config.search_dim), -1) @ stored  # Eq. 2-3
+            q, keys = memory.memory_search.query_proj(query), memory.memory_search.key_proj(stored)
+            if config.normalize_memory:  # τ · cos(Q, K)
+                scores = F.cosine_similarity(q[None], keys, dim=-1) * memory.memory_search.log_temperature.exp()
+            else:
+                scores = q @ keys.T / math.sqrt(config.search_dim)
+            retrieved = torch.softmax(scores, -1) @ stored  # Eq. 2-3
         sensory = embed(ids[max(0, start - k) : start])  # Eq. 4
         augmented = torch.cat([sink, retrieved[None], sensory, embed(segment), retrieved[None]])
         out = backbone(inputs_embeds=augmented[None], output_hidden_states=True)
         first = len(sink) + 1 + len(sensory)
         logits.append(out.logits[0, first : first + len(segment)])
-        cache = (cache + [out.hidden_states[-1][0, -1]])[-capacity:]  # Eq. 5, FIFO of N
+        new = out.hidden_states[-1][0, -1]  # Eq. 5
+        if config.normalize_memory:  # g ⊙ h / rms(h)
+            new = memory.memory_embedding_generator.memory_gain * new / new.pow(2).mean().add(1e-6).sqrt()
+        cache = (cache + [new])[-capacity:]  # FIFO of N
     return torch.cat(logits)
 
 
@@ -56,8 +64,9 @@ def reference_hmt_logits(model, ids):
     "fields",
     [
         {},
-        {"attention_sink": False},  # Eq. 4 exactly: the memory slot at position 0
-        {"attention_sink": False, "use_memory_search": False},
+        {"attention_sink": False, "normalize_memory": False},  # Eq. 1-5 exactly: the memory slot at position 0
+        {"attention_sink": False, "normalize_memory": False, "use_memory_search": False},
+        {"normalize_memory": False},
         {"sink_token_id": 7},
         {"retrieval_mode": "causal"},
         {"use_memory_search": False},
@@ -90,13 +99,43 @@ def test_backbone_weights_are_bit_identical_and_memory_is_fresh(tmp_path):
     assert bf16.config.text_config._attn_implementation == "eager"
 
 
-def test_parameter_overhead_is_two_projections_plus_two_vectors():
+@torch.no_grad()
+def test_normalized_memory_enters_at_token_scale_and_its_search_scores_are_bounded():
+    model = make_hmt("llama", num_memory_embeddings=8)
+    embed_std = model.get_input_embeddings().weight.std().item()
+    generator, search = model.memory.memory_embedding_generator, model.memory.memory_search
+    # Fresh: the gain starts at the token embeddings' scale, the temperature at 10.
+    assert torch.allclose(generator.memory_gain, torch.full_like(generator.memory_gain, embed_std))
+    assert search.log_temperature.exp().item() == pytest.approx(10.0)
+    ids = torch.randint(3, 128, (1, 64), generator=torch.Generator().manual_seed(1))
+    memories = model(ids).memory.memories[0]
+    assert torch.allclose(memories.pow(2).mean(-1).sqrt(), torch.full((len(memories),), embed_std), rtol=1e-3)
+    with hmt_overrides(model, normalize_memory=False):  # the raw final hidden states (Eq. 5), same weights
+        raw = model(ids).memory.memories[0]
+    assert not torch.allclose(raw.pow(2).mean(-1).sqrt(), memories.pow(2).mean(-1).sqrt(), rtol=0.1)
+    # However large the projections grow, τ · cos keeps the scores in [-τ, τ]: no one-hot softmax by scale alone.
+    search.query_proj.weight.mul_(1e3)
+    search.key_proj.weight.mul_(1e3)
+    _, weights = search(
+        torch.randn(1, memories.shape[1]), memories[None], torch.ones(1, len(memories), dtype=bool), True
+    )
+    assert weights.min() >= math.exp(-2 * 10.0) * weights.max() > 0
+    _, raw_weights = search(
+        torch.randn(1, memories.shape[1]), memories[None], torch.ones(1, len(memories), dtype=bool)
+    )
+    assert raw_weights.min() == 0  # Eq. 3's scaled dot product: one-hot
+
+
+def test_parameter_overhead_is_two_projections_three_vectors_and_a_temperature():
     model = make_hmt("llama", memory_search_dim=48)
     overhead = model.memory_parameter_overhead()
     d = model.config.hidden_dim
-    assert overhead["memory_parameters"] == 2 * d * 48 + 2 * d
+    # W_q, W_k; T, the initial memory, the memory gain g; the search temperature τ
+    assert overhead["memory_parameters"] == 2 * d * 48 + 3 * d + 1
     assert overhead["backbone_parameters"] == sum(p.numel() for p in model.backbone.parameters())
-    assert overhead["overhead_percent"] == pytest.approx(100 * (2 * d * 48 + 2 * d) / overhead["backbone_parameters"])
+    assert overhead["overhead_percent"] == pytest.approx(
+        100 * (2 * d * 48 + 3 * d + 1) / overhead["backbone_parameters"]
+    )
 
 
 @torch.no_grad()

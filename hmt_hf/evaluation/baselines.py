@@ -25,6 +25,7 @@ from .scoring import Scorer, TokenScores, Workload, record_logits
 # ---------------------------------------------------------------------------------------------------- HMT / RMT
 OVERRIDABLE_FIELDS = (
     "attention_sink",
+    "normalize_memory",
     "use_memory_search",
     "use_sensory_memory",
     "sensory_memory_size",

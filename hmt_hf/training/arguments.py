@@ -155,6 +155,13 @@ class HMTModelArguments:
         default=None,
         metadata={"help": "Start every backbone pass with the BOS embedding (default True); False is Eq. 4 exactly."},
     )
+    normalize_memory: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Memory embeddings at token scale and a cosine memory search (default True); False is Eq. 3 and "
+            "Eq. 5 exactly."
+        },
+    )
 
     def hmt_fields(self) -> dict:
         """The HMTConfig fields given on the command line (unset ones are left out)."""
