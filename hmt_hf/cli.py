@@ -1,4 +1,4 @@
-"""The `hmt-hf` command: `hmt-hf convert`, `prepare-data`, `train`, `reproduce`, `generate`, `push`.
+"""The `hmt-hf` command: `hmt-hf convert`, `prepare-data`, `train`, `evaluate`, `reproduce`, `generate`, `push`.
 
 Each subcommand lives in the module that implements it; that module defines `add_arguments(parser)` and
 `run(args) -> int`, or `cli(argv) -> int` when it parses its own arguments (`train`: HfArgumentParser, as
@@ -20,6 +20,10 @@ SUBCOMMANDS = {
     "train": ("hmt_hf.training.run", "Train an HMT (or a same-budget baseline) with Trainer: the two-stage recipe."),
     "generate": ("hmt_hf.generate", "Continue a prompt (text or a file of any length) with an HMT, streaming output."),
     "push": ("hmt_hf.push", "Upload an HMT checkpoint folder (weights, code, tokenizer, card) to the Hub."),
+    "evaluate": (
+        "hmt_hf.evaluation.cli",
+        "Perplexity and bits per byte of an HMT checkpoint on held-out documents, beside its baselines.",
+    ),
     "reproduce": ("hmt_hf.evaluation.reproduce", "Run named experiments that reproduce the paper's tables/figures."),
 }
 

@@ -184,25 +184,14 @@ def evaluate(preset: Preset, root: Path, checkpoints: dict[str, Path], threads: 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .evaluation import ChunkedTransformer, HMTScorer, SlidingWindowTransformer, VanillaTransformer, comparison
+    from .evaluation import comparison
 
     torch.set_num_threads(threads)
     hmt = AutoModelForCausalLM.from_pretrained(checkpoints["hmt"]).eval()
     baseline = AutoModelForCausalLM.from_pretrained(checkpoints["baseline"]).eval()
     tokenizer = AutoTokenizer.from_pretrained(checkpoints["hmt"])
     length = hmt.config.segment_length
-    scorers = {
-        f"chunked (trained baseline, L={length})": ChunkedTransformer(baseline, length),
-        "HMT (paper retrieval)": HMTScorer(hmt, name="HMT paper", overrides={"retrieval_mode": "paper"}),
-        "HMT (causal retrieval)": HMTScorer(hmt, name="HMT causal", overrides={"retrieval_mode": "causal"}),
-        "RMT mode of the trained HMT (no sensory memory, no search)": HMTScorer(
-            hmt, name="RMT", overrides={"use_memory_search": False, "use_sensory_memory": False}
-        ),
-        f"sliding window (trained baseline, {4 * length}/{length})": SlidingWindowTransformer(
-            baseline, 4 * length, length
-        ),
-        "vanilla (trained baseline, its whole context)": VanillaTransformer(baseline),
-    }
+    scorers = comparison.standard_scorers(hmt, baseline)
     start = time.time()
     results, diagnostics = comparison.compare(
         scorers, [preset.corpus], list(preset.lengths), tokenizer, str(root / "data"), length, preset.num_samples,

@@ -476,6 +476,52 @@ def test_hmt_hf_convert_then_generate(workspace, tmp_path, capsys):
     assert capsys.readouterr().err.strip() == "error: pass exactly one of --prompt TEXT or --prompt_file PATH."
 
 
+def test_hmt_hf_evaluate_scores_the_checkpoint_and_its_baselines(workspace, tmp_path, capsys):
+    """`hmt-hf evaluate`: the HMT's numbers equal its own forward pass on the same sample; bits per byte is the total
+    NLL over the UTF-8 bytes of the scored text; a JSON config file works; bad input is one line, nothing loads."""
+    import math
+
+    from transformers import AutoTokenizer
+
+    from hmt_hf.cli import main as cli_main
+
+    out = tmp_path / "hmt"
+    assert cli_main(["convert", "--model_name_or_path", str(workspace / "backbone"), "--output_dir", str(out),
+                     "--segment_length", "16", "--sensory_memory_size", "4"]) == 0  # fmt: skip
+    text = (workspace / "train.jsonl").read_text().splitlines()[0]
+    document = json.loads(text)["text"][:400]
+    (tmp_path / "doc.txt").write_text(document)
+    config = {"model_name_or_path": str(out), "dataset_name": str(tmp_path / "doc.txt"), "lengths": "48",
+              "num_samples": 1, "output_dir": str(tmp_path / "eval")}  # fmt: skip
+    capsys.readouterr()
+    assert cli_main(["evaluate", write_args(config, tmp_path / "eval.json")]) == 0
+    printed = capsys.readouterr().out
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    rows = {(r["model"], r["protocol"]): r for r in metrics["results"]}
+    assert len(rows) == 12 and "HMT (paper retrieval)" in printed and (tmp_path / "eval" / "summary.md").is_file()
+    model = AutoModelForCausalLM.from_pretrained(out).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    sample = tokenizer(document, return_tensors="pt").input_ids[:, :48]
+    with torch.no_grad():
+        loss = model(sample, labels=sample).loss.item()
+    hmt = rows[("HMT (paper retrieval)", "all_tokens")]
+    assert hmt["perplexity"] == pytest.approx(math.exp(loss), rel=1e-4)
+    scored_bytes = len(tokenizer.decode(sample[0, 1:]).encode("utf-8"))
+    assert hmt["bits_per_byte"] == pytest.approx(loss * 47 / (math.log(2) * scored_bytes), rel=1e-3)
+    assert rows[("chunked (the HMT's backbone, L=16)", "all_tokens")]["change_vs_reference"] == 0
+    capsys.readouterr()
+    for bad, message in (
+        (["--dataset_name", str(tmp_path / "none.txt")], f"error: --dataset_name {tmp_path / 'none.txt'}: no such"),
+        (["--lengths", "a,b"], "error: --lengths 'a,b': give comma-separated integers"),
+    ):
+        flags = {"--model_name_or_path": str(out), "--dataset_name": str(tmp_path / "doc.txt")}
+        flags.update(dict(zip(bad[::2], bad[1::2])))
+        assert cli_main(["evaluate", *[x for pair in flags.items() for x in pair]]) == 2
+        assert capsys.readouterr().err.strip().startswith(message)
+    assert cli_main(["evaluate", "--model_name_or_path", "/no/such", "--dataset_name", str(tmp_path / "doc.txt")]) == 2
+    assert capsys.readouterr().err.strip() == "error: --model_name_or_path /no/such: no such folder."
+
+
 def test_resume_skips_a_checkpoint_that_was_not_saved_completely(tmp_path):
     """A run killed while saving leaves `checkpoint-N` without trainer_state.json; `last` resumes from the newest
     complete one instead of failing."""

@@ -17,14 +17,16 @@ from pathlib import Path
 import torch
 
 from .baselines import hmt_overrides
-from .corpus import EvalCorpus, load_texts
+from .corpus import NAMED_CORPORA, EvalCorpus, load_texts, token_byte_lengths
 
 PROTOCOLS = ("all_tokens", "last_segment")
 
 
-def corpus_samples(corpus: str, data_root: str, tokenizer, length: int, count: int) -> list[torch.Tensor]:
-    """Up to `count` non-overlapping `length`-token samples spread evenly over the corpus's test stream."""
-    texts, _ = load_texts(corpus, f"{data_root}/{corpus}")
+def corpus_samples(corpus: str, data_root: str | None, tokenizer, length: int, count: int) -> list[torch.Tensor]:
+    """Up to `count` non-overlapping `length`-token samples spread evenly over the corpus's test stream. `corpus` is
+    an offline corpus name (read from `data_root/NAME`) or any source `load_texts` reads (a `prepare-data` folder,
+    .txt files, .jsonl)."""
+    texts, _ = load_texts(corpus, f"{data_root}/{corpus}" if data_root and corpus in NAMED_CORPORA else None)
     stream = EvalCorpus.from_texts(texts, tokenizer, source=corpus).token_ids
     available = len(stream) // length
     if available == 0:
@@ -32,6 +34,27 @@ def corpus_samples(corpus: str, data_root: str, tokenizer, length: int, count: i
     count = min(count, available)
     stride = (len(stream) - length) // max(count - 1, 1) if count > 1 else 0
     return [stream[i * stride : i * stride + length] for i in range(count)]
+
+
+def standard_scorers(hmt, baseline=None) -> dict:
+    """The comparison set of a trained HMT: HMT (paper and causal retrieval), its RMT mode, and the `baseline` backbone
+    (default: the HMT's own backbone) chunked at the HMT's L (the reference, first), as a sliding window (4L context,
+    stride L) and whole-context vanilla."""
+    from .baselines import ChunkedTransformer, HMTScorer, SlidingWindowTransformer, VanillaTransformer
+
+    length = hmt.config.segment_length
+    source = "trained baseline" if baseline is not None else "the HMT's backbone"
+    baseline = hmt.backbone if baseline is None else baseline
+    return {
+        f"chunked ({source}, L={length})": ChunkedTransformer(baseline, length),
+        "HMT (paper retrieval)": HMTScorer(hmt, name="HMT paper", overrides={"retrieval_mode": "paper"}),
+        "HMT (causal retrieval)": HMTScorer(hmt, name="HMT causal", overrides={"retrieval_mode": "causal"}),
+        "RMT mode of the HMT (no sensory memory, no search)": HMTScorer(
+            hmt, name="RMT", overrides={"use_memory_search": False, "use_sensory_memory": False}
+        ),
+        f"sliding window ({source}, {4 * length}/{length})": SlidingWindowTransformer(baseline, 4 * length, length),
+        f"vanilla ({source}, its whole context)": VanillaTransformer(baseline),
+    }
 
 
 def token_nll(scorer, sample: torch.Tensor) -> torch.Tensor:
@@ -46,12 +69,21 @@ def protocol_nll(nll: torch.Tensor, segment_length: int) -> dict[str, torch.Tens
     return {"all_tokens": nll[1:], "last_segment": nll[last_start + 1 :]}
 
 
-def summarize(per_sample: dict[str, list[torch.Tensor]], reference: str, segment_length: int) -> list[dict]:
-    """Rows `{model, protocol, perplexity, ratio, worst, best, per_sample}` against the `reference` model."""
+def summarize(
+    per_sample: dict[str, list[torch.Tensor]],
+    reference: str,
+    segment_length: int,
+    sample_bytes: list[torch.Tensor] | None = None,
+) -> list[dict]:
+    """Rows `{model, protocol, perplexity, ratio, worst, best, per_sample}` against the `reference` model, plus
+    `bits_per_byte` when `sample_bytes` (UTF-8 bytes of each sample's tokens, `(T,)` each) is given."""
     rows = []
     for model, nlls in per_sample.items():
         for protocol in PROTOCOLS:
             pieces = [protocol_nll(n, segment_length)[protocol] for n in nlls]
+            if sample_bytes is not None:
+                scored_bytes = sum(int(protocol_nll(b, segment_length)[protocol].sum()) for b in sample_bytes)
+                bits = float(torch.cat(pieces).sum()) / (math.log(2) * max(scored_bytes, 1))
             references = [protocol_nll(n, segment_length)[protocol] for n in per_sample[reference]]
             ppl = math.exp(torch.cat(pieces).mean())
             ref_ppl = math.exp(torch.cat(references).mean())
@@ -62,6 +94,8 @@ def summarize(per_sample: dict[str, list[torch.Tensor]], reference: str, segment
                 "best_sample": round(min(ratios), 4), "per_sample_change": [round(r, 4) for r in ratios],
                 "num_samples": len(pieces), "num_targets": int(sum(len(p) for p in pieces)),
             })  # fmt: skip
+            if sample_bytes is not None:
+                rows[-1]["bits_per_byte"] = round(bits, 4)
     return rows
 
 
@@ -79,11 +113,12 @@ def compare(
     diagnostics_layouts: dict | None = None,
     log=print,
     max_tokens: int | None = None,
+    bits_per_byte: bool = False,
 ) -> tuple[list[dict], dict]:
     """Score every `(corpus, length)` sample set with every scorer. Returns result rows (see [`summarize`]) and, at
     `diagnostics_length`, per-position perplexities and (with `diagnostics_model`, an HMT) memory diagnostics, once
     per `{label: HMTConfig overrides}` of `diagnostics_layouts` (default: the model as it is). `max_tokens` caps the
-    samples of long lengths (at least one)."""
+    samples of long lengths (at least one). `bits_per_byte` adds each row's bits per UTF-8 byte."""
     import time
 
     reference = reference or next(iter(scorers))
@@ -100,7 +135,8 @@ def compare(
                 began = time.time()
                 per_sample[name] = [token_nll(scorer, sample) for sample in samples]
                 log(f"{corpus} {length:>6} {name:40s} {time.time() - began:7.1f} s")
-            for row in summarize(per_sample, reference, segment_length):
+            sample_bytes = [token_byte_lengths(tokenizer, s)[0] for s in samples] if bits_per_byte else None
+            for row in summarize(per_sample, reference, segment_length, sample_bytes):
                 results.append({"corpus": corpus, "length": length, **row})
                 log(f"  {row['protocol']:12s} {row['model']:40s} ppl {row['perplexity']:9.2f} "
                     f"{row['change_vs_reference']:+.1%} (worst {row['worst_sample']:+.1%}, "

