@@ -492,7 +492,7 @@ def test_prepare_data_books_cli(tmp_path, capsys, monkeypatch):
     assert _texts(load_documents(tmp_path / "out")) == _texts(prepare_data("books", seed=5))
     from hmt_hf.cli import main
 
-    assert main(command[3:]) == 2 and "--overwrite" in capsys.readouterr().out  # refuses to overwrite silently
+    assert main(command[3:]) == 2 and "--overwrite" in capsys.readouterr().err  # refuses to overwrite silently
     # Without --output-dir the corpus goes to data/<corpus> under the working directory, as the README shows.
     monkeypatch.chdir(tmp_path)
     assert main(["prepare-data", "books", "--seed", "5"]) == 0

@@ -16,7 +16,6 @@ Each corpus becomes a `DatasetDict` (train/validation/test, columns "title", "te
 
 from __future__ import annotations
 
-import argparse
 import bz2
 import glob
 import importlib.util
@@ -24,9 +23,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -263,25 +264,28 @@ def corpus_summary(splits: DatasetDict, tokenizer=None):
 
 
 # ---------------------------------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("corpus", choices=CORPORA, help="books (PG-19 stand-in), wiki (WikiText), arxiv (Pile-ArXiv)")
-    parser.add_argument(
-        "--output-dir", default=None, help="folder for the DatasetDict (save_to_disk); default data/CORPUS"
+@dataclass
+class PrepareDataArguments:
+    """`hmt-hf prepare-data CORPUS [--output_dir DIR] ...` (or `hmt-hf prepare-data config.json`)."""
+
+    corpus: str = field(
+        metadata={"help": "books (PG-19 stand-in), wiki (WikiText), arxiv (Pile-ArXiv)", "choices": CORPORA}
     )
-    parser.add_argument("--validation-fraction", type=float, default=0.1, help="share of documents (default 0.1)")
-    parser.add_argument("--test-fraction", type=float, default=0.1, help="share of documents (default 0.1)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the document split (default 0)")
-    parser.add_argument(
-        "--pari-doc-dir", default=None, help=f"arxiv: folder pari-doc was extracted to (or ${PARI_DOC_ENV})"
+    output_dir: str | None = field(
+        default=None, metadata={"help": "Folder for the DatasetDict (save_to_disk); default data/CORPUS."}
     )
-    parser.add_argument(
-        "--download", action="store_true", help="arxiv: fetch pari-doc with `apt-get download` into the cache"
+    validation_fraction: float = field(default=0.1, metadata={"help": "Share of documents."})
+    test_fraction: float = field(default=0.1, metadata={"help": "Share of documents."})
+    seed: int = field(default=0, metadata={"help": "Seed of the document split."})
+    pari_doc_dir: str | None = field(
+        default=None, metadata={"help": f"arxiv: folder pari-doc was extracted to (or ${PARI_DOC_ENV})."}
     )
-    parser.add_argument(
-        "--tokenizer", default=None, help="also count tokens: a tokenizer folder / Hub id, or 'smollm2' (GGUF)"
+    download: bool = field(default=False, metadata={"help": "arxiv: fetch pari-doc with `apt-get download`."})
+    tokenizer: str | None = field(
+        default=None, metadata={"help": "Also count tokens: a tokenizer folder / Hub id, or 'smollm2' (GGUF)."}
     )
-    parser.add_argument("--gguf-file", default=None, help="GGUF file name inside --tokenizer's folder")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output-dir")
+    gguf_file: str | None = field(default=None, metadata={"help": "GGUF file name inside --tokenizer's folder."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace a non-empty --output_dir."})
 
 
 def _load_tokenizer(name: str, gguf_file: str | None):
@@ -293,10 +297,23 @@ def _load_tokenizer(name: str, gguf_file: str | None):
     return AutoTokenizer.from_pretrained(name, **({"gguf_file": gguf_file} if gguf_file else {}))
 
 
-def run(args: argparse.Namespace) -> int:
+def cli(argv: list[str]) -> int:
+    """`hmt-hf prepare-data`: the corpus name may come first without its flag (`prepare-data books --output_dir
+    DIR`); flags take `_` or `-`; a single .json/.yaml argument is a config file."""
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser(PrepareDataArguments, prog="hmt-hf prepare-data", description=__doc__.splitlines()[0])
+    if argv and not argv[0].startswith("-") and not argv[0].endswith((".json", ".yaml", ".yml")):
+        argv = ["--corpus", *argv]
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        (args,) = parser.parse_json_file(argv[0])
+    elif len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
+        (args,) = parser.parse_yaml_file(argv[0])
+    else:
+        (args,) = parser.parse_args_into_dataclasses(args=argv)
     output_dir = Path(args.output_dir or os.path.join("data", args.corpus))
     if output_dir.exists() and any(output_dir.iterdir()) and not args.overwrite:
-        print(f"error: {output_dir} exists and is not empty; pass --overwrite to replace it")
+        print(f"error: {output_dir} exists and is not empty; pass --overwrite to replace it", file=sys.stderr)
         return 2
     try:
         pari_doc_dir = args.pari_doc_dir
@@ -311,8 +328,8 @@ def run(args: argparse.Namespace) -> int:
             pari_doc_dir=pari_doc_dir,
         )
     except (MissingCorpusSource, ValueError) as error:
-        print(f"error: {error}")
-        return 1
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     tokenizer = _load_tokenizer(args.tokenizer, args.gguf_file) if args.tokenizer else None
     print(f"{args.corpus}: saved to {output_dir} (load with hmt_hf.data.load_documents({str(output_dir)!r}))")
     print(corpus_summary(splits, tokenizer).to_string())
