@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 SUBCOMMANDS = {
@@ -26,6 +27,28 @@ SUBCOMMANDS = {
     ),
     "reproduce": ("hmt_hf.evaluation.reproduce", "Run named experiments that reproduce the paper's tables/figures."),
 }
+
+
+def parse_dataclasses(parser, argv: list[str]) -> tuple:
+    """`HfArgumentParser` dataclasses from flags, or from one `.json` / `.yaml` config file."""
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return parser.parse_json_file(os.path.abspath(argv[0]))
+    if len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
+        return parser.parse_yaml_file(os.path.abspath(argv[0]))
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def parse(argv: list[str]):
+    """Parse an `hmt-hf` command line as `main` would, without running it: its dataclasses or namespace.
+    Raises `SystemExit` on arguments the command rejects (the README test checks every command with it)."""
+    if not argv or argv[0] not in SUBCOMMANDS:
+        raise SystemExit(f"unknown command {argv[:1]}: use one of {list(SUBCOMMANDS)}")
+    module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
+    if hasattr(module, "parse"):
+        return module.parse(argv[1:])
+    subparser = argparse.ArgumentParser(prog=f"hmt-hf {argv[0]}", description=SUBCOMMANDS[argv[0]][1])
+    module.add_arguments(subparser)
+    return subparser.parse_args(argv[1:])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,12 +31,10 @@ class ConvertArguments:
 def parse(argv: list[str]):
     from transformers import HfArgumentParser
 
+    from .cli import parse_dataclasses
+
     parser = HfArgumentParser((ConvertArguments, HMTModelArguments), prog="hmt-hf convert", description=__doc__)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(os.path.abspath(argv[0]))
-    if len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
-        return parser.parse_yaml_file(os.path.abspath(argv[0]))
-    return parser.parse_args_into_dataclasses(args=argv)
+    return parse_dataclasses(parser, argv)
 
 
 def convert(args: ConvertArguments, hmt_args: HMTModelArguments):

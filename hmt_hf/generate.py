@@ -70,12 +70,17 @@ def generate(args: GenerateArguments, stream=sys.stdout) -> str:
     return tokenizer.decode(output[0, ids.shape[1] :], skip_special_tokens=True)
 
 
-def cli(argv: list[str]) -> int:
+def parse(argv: list[str]) -> tuple[GenerateArguments]:
     from transformers import HfArgumentParser
 
-    parser = HfArgumentParser(GenerateArguments, prog="hmt-hf generate", description=__doc__)
+    from .cli import parse_dataclasses
+
+    return parse_dataclasses(HfArgumentParser(GenerateArguments, prog="hmt-hf generate", description=__doc__), argv)
+
+
+def cli(argv: list[str]) -> int:
     try:
-        (args,) = parser.parse_args_into_dataclasses(args=argv)
+        (args,) = parse(argv)
         generate(args)
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -60,11 +60,16 @@ def push(args: PushArguments) -> str:
     return str(commit)
 
 
-def cli(argv: list[str]) -> int:
+def parse(argv: list[str]) -> tuple[PushArguments]:
     from transformers import HfArgumentParser
 
-    parser = HfArgumentParser(PushArguments, prog="hmt-hf push", description=__doc__)
-    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    from .cli import parse_dataclasses
+
+    return parse_dataclasses(HfArgumentParser(PushArguments, prog="hmt-hf push", description=__doc__), argv)
+
+
+def cli(argv: list[str]) -> int:
+    (args,) = parse(argv)
     from huggingface_hub.errors import HfHubHTTPError
 
     try:

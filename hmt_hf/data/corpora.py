@@ -297,20 +297,22 @@ def _load_tokenizer(name: str, gguf_file: str | None):
     return AutoTokenizer.from_pretrained(name, **({"gguf_file": gguf_file} if gguf_file else {}))
 
 
-def cli(argv: list[str]) -> int:
-    """`hmt-hf prepare-data`: the corpus name may come first without its flag (`prepare-data books --output_dir
-    DIR`); flags take `_` or `-`; a single .json/.yaml argument is a config file."""
+def parse(argv: list[str]) -> tuple[PrepareDataArguments]:
+    """The corpus name may come first without its flag (`prepare-data books --output_dir DIR`); flags take `_` or
+    `-`; a single .json/.yaml argument is a config file."""
     from transformers import HfArgumentParser
+
+    from ..cli import parse_dataclasses
 
     parser = HfArgumentParser(PrepareDataArguments, prog="hmt-hf prepare-data", description=__doc__.splitlines()[0])
     if argv and not argv[0].startswith("-") and not argv[0].endswith((".json", ".yaml", ".yml")):
         argv = ["--corpus", *argv]
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        (args,) = parser.parse_json_file(argv[0])
-    elif len(argv) == 1 and argv[0].endswith((".yaml", ".yml")):
-        (args,) = parser.parse_yaml_file(argv[0])
-    else:
-        (args,) = parser.parse_args_into_dataclasses(args=argv)
+    return parse_dataclasses(parser, argv)
+
+
+def cli(argv: list[str]) -> int:
+    """`hmt-hf prepare-data`."""
+    (args,) = parse(argv)
     output_dir = Path(args.output_dir or os.path.join("data", args.corpus))
     if output_dir.exists() and any(output_dir.iterdir()) and not args.overwrite:
         print(f"error: {output_dir} exists and is not empty; pass --overwrite to replace it", file=sys.stderr)

@@ -121,16 +121,17 @@ def table(document: dict) -> str:
     return frame[columns].to_markdown(index=False)
 
 
-def cli(argv: list[str]) -> int:
+def parse(argv: list[str]) -> tuple[EvaluateArguments]:
     from transformers import HfArgumentParser
 
-    parser = HfArgumentParser(EvaluateArguments, prog="hmt-hf evaluate", description=__doc__)
+    from ..cli import parse_dataclasses
+
+    return parse_dataclasses(HfArgumentParser(EvaluateArguments, prog="hmt-hf evaluate", description=__doc__), argv)
+
+
+def cli(argv: list[str]) -> int:
     try:
-        if len(argv) == 1 and argv[0].endswith((".json", ".yaml", ".yml")):
-            loader = parser.parse_json_file if argv[0].endswith(".json") else parser.parse_yaml_file
-            (args,) = loader(argv[0])
-        else:
-            (args,) = parser.parse_args_into_dataclasses(args=argv)
+        (args,) = parse(argv)
         check_paths(args)
         document = evaluate(args, log=lambda line: print(line, file=sys.stderr, flush=True))
     except (ValueError, OSError) as error:

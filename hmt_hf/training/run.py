@@ -111,6 +111,9 @@ def parse_args(argv: list[str] | None = None):
     return parser.parse_args_into_dataclasses(args=argv)
 
 
+parse = parse_args  # `hmt_hf.cli.parse` looks for this name
+
+
 def json_to_flags(values: dict) -> list[str]:
     """An arguments dict as command-line flags (later flags override them)."""
     flags = []
