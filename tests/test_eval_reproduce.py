@@ -33,6 +33,7 @@ from hmt_hf.evaluation.results import (
     ResultCache,
     ResultLogger,
     SchemaError,
+    load_runs,
     schema_errors,
     validate_metrics,
 )
@@ -325,7 +326,7 @@ def test_comparison_across_runs(full_run, tmp_path):
     comparison = (second / "comparison.md").read_text()  # written automatically next to the earlier run
     assert "hmt_evaluation_001" in comparison and "hmt_evaluation_002" in comparison
     assert "`seed`: 42 / 7" in comparison
-    table, differing = compare_runs([full_run["run_dir"], second])
+    table, differing = compare_runs(load_runs([full_run["run_dir"], second]))
     assert list(differing) == ["experiments", "seed"]
     row = table.loc[("ppl_vs_length", "HMT", "—", "perplexity", "perplexity", "last_segment", 32)]
     assert row.notna().all() and row.iloc[0] != row.iloc[1]  # different random weights

@@ -31,8 +31,22 @@ CHECKS = {
     "hmt-hf prepare-data books --output-dir data/books": ("run", ["--overwrite"]),
     "hmt-hf train examples/train_args_example.json --output_dir runs/example": (
         "run",
-        ["--stage1_max_steps", "1", "--max_steps", "1", "--bptt_depth", "3", "--per_device_train_batch_size", "1",
-         "--do_eval", "false", "--eval_strategy", "no", "--save_strategy", "no"],  # fmt: skip
+        [
+            "--stage1_max_steps",
+            "1",
+            "--max_steps",
+            "1",
+            "--bptt_depth",
+            "3",
+            "--per_device_train_batch_size",
+            "1",
+            "--do_eval",
+            "false",
+            "--eval_strategy",
+            "no",
+            "--save_strategy",
+            "no",
+        ],  # fmt: skip
     ),
     "python examples/train_hmt.py examples/train_args_example.json": ("parse", "the same run as `hmt-hf train`"),
     "python examples/train_hmt.py --model_name_or_path HuggingFaceTB/SmolLM2-135M --dataset_name wikitext "

@@ -227,13 +227,6 @@ def _flops_estimate(backbone, workload: Workload) -> float:
     )
 
 
-FLOPS_FORMULA = (
-    "forward FLOPs = 2·P_body·positions + 4·n_layers·d_attn·(attended query-key pairs) + 2·d·V·(LM-head positions); "
-    "P_body = backbone parameters without embedding/LM-head matrices; positions include HMT's memory slots, sensory "
-    "tokens and representation-encoding passes"
-)
-
-
 class PeakMemory:
     """Peak memory of a block: CUDA `max_memory_allocated` on a GPU, else the process's peak resident set size
     (Linux VmHWM, reset at entry through /proc/self/clear_refs; the lifetime peak where that is unsupported)."""

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from .scoring import PROTOCOL_DESCRIPTIONS
+from .scoring import FLOPS_FORMULA, PROTOCOL_DESCRIPTIONS
 
 QUALITY_METRICS = ("perplexity", "bits_per_byte", "top_1_accuracy", "top_5_accuracy")
 EFFICIENCY_METRICS = (
@@ -317,8 +317,6 @@ def write_reports(run_dir: str | os.PathLike, document: dict, summary_name: str 
         )
         lines.append(f"- retrieval_mode=**{mode}** ({leak}): {', '.join(rows)}.")
     if not frame.empty and frame["metric"].eq("forward_flops_per_token").any():
-        from .evaluator import FLOPS_FORMULA
-
         lines.append(f"- {FLOPS_FORMULA}.")
     if not frame.empty:
         unscored = frame[(frame["metric"] == "num_unscored_tokens") & (frame["value"] > 0)]
@@ -411,14 +409,12 @@ def write_reports(run_dir: str | os.PathLike, document: dict, summary_name: str 
 
 
 # ---------------------------------------------------------------------------------------------------- comparison
-def compare_runs(run_dirs: Sequence[str | os.PathLike]):
+def compare_runs(documents: Sequence[dict]):
     """A DataFrame with one row per (experiment, model, variant, metric, protocol, length) and one column per run,
-    plus the config keys that differ between the runs (numbers from different settings are not comparable)."""
+    plus the config keys that differ between the runs (numbers from different settings are not comparable).
+    `documents`: validated `metrics.json` contents (`results.load_runs`)."""
     import pandas as pd
 
-    from .results import validate_metrics
-
-    documents = [validate_metrics(Path(d) / "metrics.json") for d in run_dirs]
     frames = []
     for document in documents:
         frame = pd.DataFrame(document["metrics"])
@@ -441,13 +437,14 @@ def compare_runs(run_dirs: Sequence[str | os.PathLike]):
     return table, differing
 
 
-def write_comparison(run_dirs: Sequence[str | os.PathLike], output_prefix: str | os.PathLike) -> Path:
-    """Write `<output_prefix>.csv` and `<output_prefix>.md` comparing the runs; returns the markdown path."""
-    table, differing = compare_runs(run_dirs)
+def write_comparison(documents: Sequence[dict], output_prefix: str | os.PathLike) -> Path:
+    """Write `<output_prefix>.csv` and `<output_prefix>.md` comparing the runs' validated `metrics.json` documents;
+    returns the markdown path."""
+    table, differing = compare_runs(documents)
     prefix = Path(output_prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(prefix.with_suffix(".csv"))
-    lines = ["# Comparison of runs", "", "Runs: " + ", ".join(f"`{Path(d).name}`" for d in run_dirs), ""]
+    lines = ["# Comparison of runs", "", "Runs: " + ", ".join(f"`{d['run_id']}`" for d in documents), ""]
     if differing:
         lines += ["Settings that differ between these runs (their numbers are not directly comparable):", ""]
         lines += [

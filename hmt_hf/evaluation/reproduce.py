@@ -398,8 +398,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.compare:
         from .reports import write_comparison
+        from .results import load_runs
 
-        path = write_comparison(args.compare, Path(args.output_dir) / "comparison")
+        path = write_comparison(load_runs(args.compare), Path(args.output_dir) / "comparison")
         print(f"comparison written to {path} and {path.with_suffix('.csv')}")
         return 0
     if args.experiments == ["list"]:

@@ -773,8 +773,13 @@ class ResultLogger:
                 if p != self.exp_dir and (p / "metrics.json").exists()
             )
             if earlier:
-                write_comparison([*earlier, self.exp_dir], self.exp_dir / "comparison")
+                write_comparison(load_runs([*earlier, self.exp_dir]), self.exp_dir / "comparison")
         return summary
+
+
+def load_runs(run_dirs) -> list[dict]:
+    """The validated `metrics.json` of each run directory."""
+    return [validate_metrics(Path(d) / "metrics.json") for d in run_dirs]
 
 
 def glob_escape(text: str) -> str:

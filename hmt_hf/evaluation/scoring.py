@@ -45,9 +45,17 @@ PROTOCOL_DESCRIPTIONS = {
 }
 # Ranks are kept exactly up to this value; larger ranks are clipped (top-k accuracy is defined for k <= it).
 MAX_TRACKED_RANK = 100
+# How `Workload` counts become FLOPs (`evaluator._flops_estimate`); the efficiency report prints it.
+FLOPS_FORMULA = (
+    "forward FLOPs = 2·P_body·positions + 4·n_layers·d_attn·(attended query-key pairs) + 2·d·V·(LM-head positions); "
+    "P_body = backbone parameters without embedding/LM-head matrices; positions include HMT's memory slots, sensory "
+    "tokens and representation-encoding passes"
+)
 
 
 # ---------------------------------------------------------------------------------------------------- results
+
+
 @dataclass
 class Workload:
     """Work a scorer did, counted as it ran, for the analytic FLOPs estimate.
