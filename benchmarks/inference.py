@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -300,7 +301,7 @@ def summarise(args, text, hmt_runs, backbone_times, speeds, decode_info, wall) -
         "decode_speed_ratio_vs_backbone": round(decode_ratio, 4),
         "decode_speed_target": DECODE_TARGET,
         "decode_speed_pass": decode_ratio >= DECODE_TARGET,
-        "plot": args.plot,
+        "plot": os.path.relpath(args.plot, REPO_ROOT),  # no machine-specific absolute path in committed results
         "wall_seconds": round(wall, 1),
     }
 
@@ -358,8 +359,9 @@ def plot(result: dict):
         f"j={result['representation_length']} N={result['num_memory_embeddings']} · {result['threads']} thread(s)"
     )
     figure.tight_layout()
-    Path(result["plot"]).parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(result["plot"], dpi=110)
+    path = REPO_ROOT / result["plot"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
 
 
 def main(argv=None):
