@@ -1,24 +1,8 @@
-"""Reproduce the paper's tables and figures with named experiments; the same as `hmt-hf reproduce`.
+"""`hmt-hf reproduce` as a script (the same arguments): `python examples/reproduce_paper.py --experiments list`."""
 
-    python examples/reproduce_paper.py --experiments list
-    python examples/reproduce_paper.py --model smollm2 --data wiki --segment-length 256 --lengths 2048,8192 \
-        --num-samples 4 --experiments ppl_vs_length,efficiency
-
-See `python examples/reproduce_paper.py --help` for every option, and hmt_hf/evaluation/experiments.py for the
-mapping of experiments to the paper.
-"""
-
-import argparse
 import sys
 
-from hmt_hf.evaluation import reproduce
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="reproduce_paper.py")
-    reproduce.add_arguments(parser)
-    return reproduce.run(parser.parse_args())
-
+from hmt_hf.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["reproduce", *sys.argv[1:]]))

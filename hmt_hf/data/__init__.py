@@ -6,18 +6,19 @@
 - `windows`: `tokenize_documents`, `group_into_windows` (the paper's depth x L windows, stride L, over concatenated
   documents), `document_windows`, `HMTDataCollator`.
 - `corpora`: `prepare_data("books"|"wiki"|"arxiv", output_dir)`, the offline corpora (`hmt-hf prepare-data`).
-- `loaders`: `WikiTextDataset`, `LongContextDataLoader`, `create_dataloaders` (PyTorch-side names).
+- `loaders`: `LongDocumentDataset` (alias `WikiTextDataset`), `LongContextDataLoader`, `create_dataloaders`.
 """
 
 from .corpora import MissingCorpusSource, prepare_data
 from .documents import load_documents, reassemble_wikitext_articles, split_by_document
-from .loaders import LongContextDataLoader, WikiTextDataset, create_dataloaders
+from .loaders import LongContextDataLoader, LongDocumentDataset, WikiTextDataset, create_dataloaders
 from .windows import HMTDataCollator, document_windows, group_into_windows, tokenize_documents, window_starts
 
 __all__ = [
     "HMTDataCollator",
     "LongContextDataLoader",
     "MissingCorpusSource",
+    "LongDocumentDataset",
     "WikiTextDataset",
     "create_dataloaders",
     "document_windows",

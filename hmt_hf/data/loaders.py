@@ -1,4 +1,4 @@
-"""PyTorch-side entry points with the names users know: `WikiTextDataset`, `LongContextDataLoader`, `create_dataloaders`.
+"""PyTorch-side entry points: `LongDocumentDataset` (alias `WikiTextDataset`), `LongContextDataLoader`, `create_dataloaders`.
 
 They are thin layers over `load_documents` -> `tokenize_documents` -> `group_into_windows` / `document_windows` ->
 `HMTDataCollator`; nothing here truncates a document. Use the `datasets` functions directly with `Trainer`.
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class WikiTextDataset(torch.utils.data.Dataset):
+class LongDocumentDataset(torch.utils.data.Dataset):
     """Long-context samples of one split, tokenized without truncation: a `torch.utils.data.Dataset`.
 
     By default each sample is one whole article (or document) of WikiText-103, articles re-assembled from
@@ -42,6 +42,7 @@ class WikiTextDataset(torch.utils.data.Dataset):
             documents, see `group_into_windows`.
 
     Items are dicts with `input_ids` and `labels` (lists of ints); `.dataset` is the underlying `datasets.Dataset`.
+    `WikiTextDataset` is the same class under the name the user's design notes use (its default source is WikiText).
     """
 
     def __init__(
@@ -69,7 +70,7 @@ class WikiTextDataset(torch.utils.data.Dataset):
         if isinstance(documents, (DatasetDict, Mapping)):
             if split not in documents:
                 raise ValueError(
-                    f"WikiTextDataset: no split {split!r} (splits: {list(documents)}); hold out documents with "
+                    f"{type(self).__name__}: no split {split!r} (splits: {list(documents)}); hold out documents with "
                     "hmt_hf.data.split_by_document, or use create_dataloaders, which does so."
                 )
             documents = documents[split]
@@ -106,11 +107,14 @@ class WikiTextDataset(torch.utils.data.Dataset):
         return f"{type(self).__name__}(split={self.split!r}, samples={len(self)}, tokens={self.num_tokens})"
 
 
+WikiTextDataset = LongDocumentDataset
+
+
 class LongContextDataLoader(DataLoader):
     """A `DataLoader` of padded long-context batches (`input_ids`, `attention_mask`, `labels`, all `(B, T)`).
 
     Args:
-        dataset: a `WikiTextDataset`, a `datasets.Dataset` with `input_ids`, or any indexable of such dicts.
+        dataset: a `LongDocumentDataset`, a `datasets.Dataset` with `input_ids`, or any indexable of such dicts.
         batch_size: samples per batch (default 1: long documents are memory-bound).
         shuffle: shuffle samples each epoch (default False).
         tokenizer / pad_token_id: where the padding id comes from (the tokenizer's pad token, else its EOS);
@@ -201,7 +205,7 @@ def create_dataloaders(
         windows = {"window_length": bptt_depth * segment_length, "window_stride": segment_length} if (
             training and segment_length is not None
         ) else {}  # fmt: skip
-        dataset = WikiTextDataset(tokenizer, split=name, documents=documents, min_length=min_length,
+        dataset = LongDocumentDataset(tokenizer, split=name, documents=documents, min_length=min_length,
                                   max_length=max_length, **windows)  # fmt: skip
         loaders[name] = LongContextDataLoader(
             dataset,
