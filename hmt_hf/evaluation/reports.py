@@ -294,13 +294,13 @@ def write_reports(run_dir: str | os.PathLike, document: dict, summary_name: str 
         "",
         "## What was run",
         "",
-        "| experiment | paper item | seed notes' name | status | time (s) | note |",
-        "|---|---|---|---|---|---|",
+        "| experiment | paper item | status | time (s) | note |",
+        "|---|---|---|---|---|",
     ]
     for entry in document["experiments"]:
         lines.append(
-            f"| {entry['name']} | {entry['paper_item']} | {', '.join(entry['seed_names']) or '—'} | "
-            f"{entry['status']} | {_format(entry['seconds'])} | {entry['reason'] or ''} |"
+            f"| {entry['name']} | {entry['paper_item']} | {entry['status']} | {_format(entry['seconds'])} | "
+            f"{entry['reason'] or ''} |"
         )
     lines += ["", "## How the numbers were produced", ""]
     protocols = sorted({p for p in frame.get("protocol", []) if isinstance(p, str)}) if not frame.empty else []

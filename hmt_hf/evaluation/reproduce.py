@@ -405,7 +405,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.experiments == ["list"]:
         for experiment in EXPERIMENTS.values():
-            seeds = f" (seed notes: {', '.join(experiment.seed_names)})" if experiment.seed_names else ""
+            seeds = f" (also accepted: {', '.join(experiment.seed_names)})" if experiment.seed_names else ""
             print(f"{experiment.name:24s} {experiment.paper_item:34s} {experiment.description}{seeds}")
         return 0
     if args.threads is not None:
