@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -308,91 +309,29 @@ class SchemaError(ValueError):
     """`metrics.json` does not follow `METRICS_SCHEMA`; the message lists every violation with its JSON path."""
 
 
-_JSON_TYPES = {
-    "object": dict,
-    "array": list,
-    "string": str,
-    "boolean": bool,
-    "null": type(None),
-}
+def validate_metrics(document: dict | str | os.PathLike) -> dict:
+    """Check a `metrics.json` (a dict or a path) against `METRICS_SCHEMA` with `jsonschema`; return it, or raise
+    `SchemaError` listing every violation. Also rejects NaN/infinity, which JSON cannot carry (missing values must be
+    `null`) and which `jsonschema` accepts as numbers."""
+    import jsonschema
 
-
-def _is_type(value, name: str) -> bool:
-    if name == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if name == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, _JSON_TYPES[name])
-
-
-def schema_errors(instance, schema: dict, path: str = "$") -> list[str]:
-    """Violations of `schema` by `instance`, for the JSON-Schema subset `METRICS_SCHEMA` uses (`type`, `const`,
-    `enum`, `required`, `properties`, `additionalProperties`, `items`, `minimum`, `minLength`, `pattern`).
-    Used when the `jsonschema` package is not installed; `tests/test_eval_results.py` checks both agree."""
-    errors = []
-    if "type" in schema:
-        names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        if not any(_is_type(instance, name) for name in names):
-            return [f"{path}: {instance!r:.60} is not of type {' or '.join(names)}"]
-    if "const" in schema and instance != schema["const"]:
-        errors.append(f"{path}: {instance!r:.60} is not {schema['const']!r}")
-    if "enum" in schema and instance not in schema["enum"]:
-        errors.append(f"{path}: {instance!r:.60} is not one of {schema['enum']}")
-    if isinstance(instance, (int, float)) and not isinstance(instance, bool) and "minimum" in schema:
-        if instance < schema["minimum"]:
-            errors.append(f"{path}: {instance} is less than the minimum of {schema['minimum']}")
-    if isinstance(instance, str):
-        if len(instance) < schema.get("minLength", 0):
-            errors.append(f"{path}: {instance!r} is shorter than {schema['minLength']}")
-        if "pattern" in schema and not re.search(schema["pattern"], instance):
-            errors.append(f"{path}: {instance!r:.60} does not match {schema['pattern']!r}")
-    if isinstance(instance, dict):
-        for key in schema.get("required", []):
-            if key not in instance:
-                errors.append(f"{path}: {key!r} is a required property")
-        properties = schema.get("properties", {})
-        for key, value in instance.items():
-            if key in properties:
-                errors += schema_errors(value, properties[key], f"{path}.{key}")
-            elif schema.get("additionalProperties", True) is False:
-                errors.append(f"{path}: additional property {key!r} is not allowed")
-    if isinstance(instance, list) and "items" in schema:
-        for index, item in enumerate(instance):
-            errors += schema_errors(item, schema["items"], f"{path}[{index}]")
-    return errors
-
-
-def validate_metrics(document: dict | str | os.PathLike, use_jsonschema: bool | None = None) -> dict:
-    """Check a `metrics.json` (a dict or a path) against `METRICS_SCHEMA`; return it, or raise `SchemaError`.
-
-    Uses the `jsonschema` package when installed (`use_jsonschema=None`), else the built-in checker of the subset
-    the schema uses. Also rejects NaN/infinity, which JSON cannot carry (missing values must be `null`).
-    """
     if not isinstance(document, dict):
         with open(document, encoding="utf-8") as handle:
             document = json.load(handle, parse_constant=_reject_constant)
-    if use_jsonschema is None:
-        use_jsonschema = _has_jsonschema()
-    if use_jsonschema:
-        import jsonschema
-
-        validator = jsonschema.Draft202012Validator(METRICS_SCHEMA)
-        errors = [
-            f"$.{'.'.join(str(p) for p in error.absolute_path)}: {error.message}"
-            for error in validator.iter_errors(document)
-        ]
-    else:
-        errors = schema_errors(document, METRICS_SCHEMA)
+    errors = [
+        f"$.{'.'.join(str(p) for p in error.absolute_path)}: {error.message}"
+        for error in _validator(jsonschema).iter_errors(document)
+    ]
     errors += _non_finite_numbers(document)
     if errors:
         raise SchemaError(f"metrics.json violates {SCHEMA_VERSION} ({len(errors)} problems):\n" + "\n".join(errors))
     return document
 
 
-def _has_jsonschema() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("jsonschema") is not None
+@functools.cache
+def _validator(jsonschema):
+    jsonschema.Draft202012Validator.check_schema(METRICS_SCHEMA)
+    return jsonschema.Draft202012Validator(METRICS_SCHEMA)
 
 
 def _reject_constant(name):
@@ -750,11 +689,11 @@ class ResultLogger:
             entries.append(entry)
 
     def save(self, status: str | None = None) -> Path:
-        """Write `metrics.json` (validated first, by the built-in checker: an invalid document is never written)."""
+        """Write `metrics.json` (validated first: an invalid document is never written)."""
         if status is not None:
             self.document["status"] = status
         self.document["updated_at"] = utc_now()
-        validate_metrics(self.document, use_jsonschema=False)
+        validate_metrics(self.document)
         path = self.exp_dir / "metrics.json"
         write_json_atomic(path, self.document)
         return path
