@@ -102,16 +102,14 @@ def _describe(description: dict) -> str:
 
 
 def markdown_table(frame, index_label: str = "") -> str:
-    """A pipe table of a (pivoted) DataFrame, values formatted per column metric name."""
-    columns = [str(c) for c in frame.columns]
-    lines = [
-        "| " + " | ".join([index_label or (frame.index.name or ""), *columns]) + " |",
-        "|" + "---|" * (len(columns) + 1),
-    ]
-    for index, row in frame.iterrows():
-        cells = [_format(row[c], str(c).split(" ")[0]) for c in frame.columns]
-        lines.append("| " + " | ".join([str(index), *cells]) + " |")
-    return "\n".join(lines)
+    """A pipe table (pandas `to_markdown`) of a (pivoted) DataFrame, values formatted per column metric name."""
+    cells = frame.copy()
+    cells.columns = [str(c) for c in frame.columns]
+    for column, original in zip(cells.columns, frame.columns):
+        cells[column] = [_format(value, str(original).split(" ")[0]) for value in frame[original]]
+    cells.index = [str(index) for index in frame.index]
+    cells.index.name = index_label or (frame.index.name or "")
+    return cells.to_markdown(tablefmt="pipe", disable_numparse=True)
 
 
 def _unit(frame, metric: str) -> str:
