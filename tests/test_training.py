@@ -27,8 +27,8 @@ from hmt_hf import HMTForCausalLM
 from hmt_hf.training import (
     DataTrainingArguments,
     HMTArguments,
-    StepDecayLR,
     apply_stage,
+    get_step_decay_schedule,
     hmt_lora_config,
     lora_target_modules,
     plot_loss_curve,
@@ -204,7 +204,7 @@ class RecordInitialWeights(TrainerCallback):
 def test_step_decay_schedule_warmup_decay_and_resume():
     parameter = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([parameter], lr=1.0)
-    schedule = StepDecayLR(optimizer, step_size=3, gamma=0.5, num_warmup_steps=2)
+    schedule = get_step_decay_schedule(optimizer, step_size=3, gamma=0.5, num_warmup_steps=2)
     rates = []
     for _ in range(9):
         rates.append(optimizer.param_groups[0]["lr"])
@@ -212,9 +212,9 @@ def test_step_decay_schedule_warmup_decay_and_resume():
         schedule.step()
     assert rates == pytest.approx([0.0, 0.5, 1, 1, 1, 0.5, 0.5, 0.5, 0.25])
 
-    # A new scheduler loaded from the state dict continues exactly (what Trainer does on resume).
+    # A new scheduler (same arguments) loaded from the state dict continues exactly (what Trainer does on resume).
     resumed_optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    resumed = StepDecayLR(resumed_optimizer, step_size=100, gamma=0.9)
+    resumed = get_step_decay_schedule(resumed_optimizer, step_size=3, gamma=0.5, num_warmup_steps=2)
     resumed.load_state_dict(schedule.state_dict())
     resumed_optimizer.param_groups[0]["lr"] = resumed.get_last_lr()[0]
     for _ in range(4):
@@ -226,7 +226,7 @@ def test_step_decay_schedule_warmup_decay_and_resume():
     assert schedule.get_last_lr() == pytest.approx([0.125])
 
     with pytest.raises(ValueError, match="gamma"):
-        StepDecayLR(optimizer, gamma=1.5)
+        get_step_decay_schedule(optimizer, gamma=1.5)
 
 
 def test_hmt_trainer_uses_step_decay_unless_told_otherwise(tmp_path):
@@ -238,12 +238,12 @@ def test_hmt_trainer_uses_step_decay_unless_told_otherwise(tmp_path):
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", warmup_steps=5)
     trainer = HMTTrainer(model=make_hmt(), args=args, lr_decay_steps=7, lr_decay_gamma=0.5)
     trainer.create_optimizer_and_scheduler(num_training_steps=100)
-    schedule = trainer.lr_scheduler
-    assert isinstance(schedule, StepDecayLR)
-    assert (schedule.step_size, schedule.gamma, schedule.num_warmup_steps) == (7, 0.5, 5)
+    factor = trainer.lr_scheduler.lr_lambdas[0]
+    assert [factor(step) for step in (0, 4, 5, 11, 12, 19)] == pytest.approx([0, 0.8, 1, 1, 0.5, 0.25])
     plain = HMTTrainer(model=make_hmt(), args=args, lr_decay_steps=None)
     plain.create_optimizer_and_scheduler(num_training_steps=100)
-    assert not isinstance(plain.lr_scheduler, StepDecayLR)  # TrainingArguments' lr_scheduler_type (linear)
+    linear = plain.lr_scheduler.lr_lambdas[0]  # TrainingArguments' lr_scheduler_type (linear decay to 0)
+    assert linear(5) == pytest.approx(1) and linear(100) == pytest.approx(0)
 
 
 def test_apply_stage_freezes_only_memory_search_parameters():

@@ -5,7 +5,7 @@
 - `arguments`: `ModelArguments`, `DataTrainingArguments`, `HMTArguments` (for `HfArgumentParser`).
 - `stages`: `TrainingStage`, `stage_plan`, `apply_stage` (stage 1: no memory search, short unrolls; stage 2: memory
   search, long unrolls).
-- `schedule`: `StepDecayLR` (LR x gamma every N steps, after an optional warm-up).
+- `schedule`: `get_step_decay_schedule` (a `LambdaLR`: LR x gamma every N steps, after an optional warm-up).
 - `trainer`: `HMTTrainer` (a `Trainer` using that schedule).
 - `lora`: `hmt_lora_config`, `lora_target_modules` (LoRA on the backbone, `modules_to_save=["memory"]`).
 - `callbacks`: `TelemetryCallback` (tokens/s, peak memory, `telemetry.jsonl`, `loss_curve.png`), `plot_loss_curve`.
@@ -14,7 +14,7 @@
 from .arguments import DataTrainingArguments, HMTArguments, ModelArguments
 from .callbacks import TelemetryCallback, peak_memory_mib, plot_loss_curve
 from .lora import hmt_lora_config, lora_target_modules
-from .schedule import StepDecayLR, get_step_decay_schedule
+from .schedule import get_step_decay_schedule
 from .stages import TrainingStage, apply_stage, search_parameters, stage_plan
 from .trainer import HMTTrainer
 
@@ -23,7 +23,6 @@ __all__ = [
     "HMTArguments",
     "HMTTrainer",
     "ModelArguments",
-    "StepDecayLR",
     "TelemetryCallback",
     "TrainingStage",
     "apply_stage",

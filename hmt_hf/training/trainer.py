@@ -6,12 +6,12 @@ import math
 
 from transformers import Trainer
 
-from .schedule import StepDecayLR
+from .schedule import get_step_decay_schedule
 
 
 class HMTTrainer(Trainer):
     """A `Trainer` whose LR schedule is, by default, the paper's: linear warm-up over `args.warmup_steps` (none by
-    default), then the LR times `lr_decay_gamma` every `lr_decay_steps` optimizer steps ([`StepDecayLR`]).
+    default), then the LR times `lr_decay_gamma` every `lr_decay_steps` optimizer steps ([`get_step_decay_schedule`]).
 
     Everything else is `Trainer` (optimizer, mixed precision, activation checkpointing, DDP/FSDP/DeepSpeed through
     accelerate, checkpoints and `resume_from_checkpoint`, `report_to`). The schedule's state is saved in every
@@ -64,7 +64,7 @@ class HMTTrainer(Trainer):
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if self.lr_decay_steps is None or self.lr_scheduler is not None:
             return super().create_scheduler(num_training_steps, optimizer)
-        self.lr_scheduler = StepDecayLR(
+        self.lr_scheduler = get_step_decay_schedule(
             self.optimizer if optimizer is None else optimizer,
             step_size=self.lr_decay_steps,
             gamma=self.lr_decay_gamma,
