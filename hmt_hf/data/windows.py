@@ -283,6 +283,12 @@ class HMTDataCollator:
         padding_side: "right" (default; HMT's segments then start at the first real token of every row) or "left".
         label_pad_token_id: label at padded positions, -100 (ignored by the loss).
         pad_to_multiple_of: round the padded length up to a multiple of this (e.g. the segment length).
+
+    Why not transformers' collators: `DataCollatorForLanguageModeling(mlm=False)` sets every label equal to the pad
+    id to -100, and tokenizers without a pad token pad with EOS (SmolLM2's GGUF tokenizer: pad = EOS = 2), so the
+    EOS targets between documents would silently leave the loss (`[5, 6, EOS, 7]` → labels `[5, 6, -100, 7]`);
+    `DataCollatorForSeq2Seq` needs a tokenizer object and returns no labels for features without them, while HMT
+    windows are often token ids alone and unlabeled features are scored on every token.
     """
 
     pad_token_id: int
