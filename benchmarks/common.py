@@ -13,8 +13,6 @@ import glob
 import importlib.util
 import json
 import os
-import re
-import resource
 import subprocess
 import sys
 import time
@@ -157,49 +155,11 @@ def interleaved_timings(
 
 
 # ---------------------------------------------------------------------------------------------------- memory
-def _proc_status_mib(field: str) -> float | None:
-    with contextlib.suppress(OSError):
-        match = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
-        if match:
-            return int(match.group(1)) / 1024
-    return None
-
-
-def rss_mib() -> float | None:
-    """Current resident set size in MiB (Linux)."""
-    return _proc_status_mib("VmRSS")
-
-
-def ru_maxrss_mib() -> float:
-    """Peak RSS of this process's whole life (including model loading), from `getrusage`."""
-    scale = 1 if sys.platform != "darwin" else 1 / 1024  # kB on Linux, bytes on macOS
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 1024
-
-
 def release_free_memory():
     """Return freed heap to the OS so the RSS baseline after loading is not inflated by load-time garbage."""
     gc.collect()
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-def reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS counter (VmHWM) to the current RSS, so a later peak reads one phase only.
-
-    `ru_maxrss` cannot be reset and also covers model loading (de-quantising a GGUF peaks above the forward), so
-    the forward's own peak is read from VmHWM after this reset. Returns False where unsupported (non-Linux).
-    """
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
-
-
-def peak_rss_since_reset_mib(reset_ok: bool) -> float:
-    """Peak RSS since `reset_peak_rss()`, or the lifetime `ru_maxrss` where the reset is unsupported."""
-    peak = _proc_status_mib("VmHWM") if reset_ok else None
-    return peak if peak is not None else ru_maxrss_mib()
 
 
 def run_json_subprocess(argv: list[str], timeout: float | None = None) -> dict:

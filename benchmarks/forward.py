@@ -75,15 +75,13 @@ from common import (
     interleaved_timings,
     load_hmt,
     load_tokenizer,
-    peak_rss_since_reset_mib,
     release_free_memory,
-    reset_peak_rss,
-    rss_mib,
-    ru_maxrss_mib,
     run_json_subprocesses,
     set_threads,
     subprocess_flags,
 )
+
+from hmt_hf.peak_memory import lifetime_peak_rss_mib, peak_memory_mib, reset_peak_memory, rss_mib
 
 CONFIG_KEYS = (
     "segment_length",
@@ -153,17 +151,17 @@ def measure_peak(args) -> dict:
         # A short warm-up keeps one-off lazy initialisation (kernels, thread pool) out of the measured peak.
         model(ids[:, : 2 * args.segment_length], logits_to_keep=1)
         release_free_memory()
-        reset_ok = reset_peak_rss()
+        reset_ok = reset_peak_memory()
         model_rss = rss_mib()
         start = time.perf_counter()
         model(ids, logits_to_keep=1)
         seconds = time.perf_counter() - start
-    peak = peak_rss_since_reset_mib(reset_ok)
+    peak = peak_memory_mib(since_reset=reset_ok)[0]
     return {
         "tokens": ids.shape[1],
         "model_rss_mib": model_rss,
         "peak_rss_mib": peak,
-        "lifetime_max_rss_mib": ru_maxrss_mib(),
+        "lifetime_max_rss_mib": lifetime_peak_rss_mib(),
         "seconds": seconds,
         "source": "VmHWM after reset" if reset_ok else "ru_maxrss",
     }

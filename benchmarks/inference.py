@@ -72,15 +72,14 @@ from common import (
     interleaved_timings,
     load_hmt,
     load_tokenizer,
-    peak_rss_since_reset_mib,
     release_free_memory,
-    reset_peak_rss,
-    rss_mib,
     run_json_subprocess,
     set_threads,
     subprocess_flags,
 )
 from transformers import LogitsProcessor, LogitsProcessorList
+
+from hmt_hf.peak_memory import peak_memory_mib, reset_peak_memory, rss_mib
 
 PREFILL_TARGET = 1.10
 PEAK_MEMORY_TARGET = 1.10
@@ -137,14 +136,14 @@ def measure_hmt_prefill(args) -> dict:
     with torch.inference_mode():
         model(ids[:, : 2 * args.segment_length], use_cache=True, logits_to_keep=1)  # warm-up: search included
         release_free_memory()
-        reset_ok = reset_peak_rss()
+        reset_ok = reset_peak_memory()
         model_rss = rss_mib()
         peak = None
         for _ in range(repetitions_for(args.prefill, args)):
             start = time.perf_counter()
             out = model(ids, use_cache=True, logits_to_keep=1)
             seconds.append(time.perf_counter() - start)
-            peak = peak if peak is not None else peak_rss_since_reset_mib(reset_ok)
+            peak = peak if peak is not None else peak_memory_mib(since_reset=reset_ok)[0]
             del out
     return {
         "tokens": ids.shape[1],

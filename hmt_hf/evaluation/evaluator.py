@@ -9,10 +9,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-import re
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -22,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..peak_memory import PeakMemory
 from .baselines import HMTScorer
 from .corpus import EvalCorpus, as_corpus, token_byte_lengths
 from .results import ResultCache
@@ -225,44 +224,6 @@ def _flops_estimate(backbone, workload: Workload) -> float:
         + 4 * layers * attention_width * workload.attended_pairs
         + 2 * head.shape[1] * head.shape[0] * workload.logit_positions
     )
-
-
-class PeakMemory:
-    """Peak memory of a block: CUDA `max_memory_allocated` on a GPU, else the process's peak resident set size
-    (Linux VmHWM, reset at entry through /proc/self/clear_refs; the lifetime peak where that is unsupported)."""
-
-    def __init__(self, device):
-        self.device = torch.device(device)
-        self.peak_mib: float | None = None
-        self.kind = "cuda_max_memory_allocated" if self.device.type == "cuda" else "process_peak_rss"
-
-    def __enter__(self):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-        else:
-            try:
-                Path("/proc/self/clear_refs").write_text("5")
-            except OSError:
-                self.kind = "process_lifetime_peak_rss"
-        return self
-
-    def __exit__(self, *exc):
-        if self.device.type == "cuda":
-            self.peak_mib = torch.cuda.max_memory_allocated(self.device) / 2**20
-            return False
-        peak = None
-        with contextlib.suppress(OSError):
-            match = re.search(r"^VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
-            peak = int(match.group(1)) / 1024 if match else None
-        if peak is None:
-            import resource
-
-            scale = 1 if sys.platform != "darwin" else 1 / 1024
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 1024
-            self.kind = "process_lifetime_peak_rss"
-        self.peak_mib = peak
-        return False
 
 
 def measure_efficiency(

@@ -11,8 +11,9 @@
 - `callbacks`: `TelemetryCallback` (tokens/s, peak memory, `telemetry.jsonl`, `loss_curve.png`), `plot_loss_curve`.
 """
 
+from ..peak_memory import peak_memory_mib
 from .arguments import DataTrainingArguments, HMTArguments, ModelArguments
-from .callbacks import TelemetryCallback, peak_memory_mib, plot_loss_curve
+from .callbacks import TelemetryCallback, plot_loss_curve
 from .lora import hmt_lora_config, lora_target_modules
 from .schedule import get_step_decay_schedule
 from .stages import TrainingStage, apply_stage, search_parameters, stage_plan

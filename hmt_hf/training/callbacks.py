@@ -9,24 +9,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
-import sys
 import time
 
-import torch
 from transformers import TrainerCallback
+
+from ..peak_memory import peak_memory_mib, reset_peak_memory
 
 TELEMETRY_FILE = "telemetry.jsonl"
 LOSS_CURVE_FILE = "loss_curve.png"
-
-
-def peak_memory_mib(device: torch.device | None = None) -> tuple[float, str]:
-    """Peak memory in MiB and where it was read: CUDA's `max_memory_allocated` on a CUDA device, else the
-    process's peak resident set size (`getrusage`; it covers the process's whole life, model loading included)."""
-    if device is not None and device.type == "cuda" and torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_memory_allocated"
-    scale = 1024 if sys.platform != "darwin" else 1  # ru_maxrss: kB on Linux, bytes on macOS
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**20, "peak_rss"
 
 
 class TelemetryCallback(TrainerCallback):
@@ -43,7 +33,8 @@ class TelemetryCallback(TrainerCallback):
 
     Tokens are counted by Trainer: set `TrainingArguments(include_num_input_tokens_seen="non_padding")` (the
     training script does, unless told otherwise); without it `tokens_per_second` is absent. On a CUDA device the
-    peak is `torch.cuda.max_memory_allocated`, reset when training begins; on CPU it is the process's peak RSS.
+    peak is `torch.cuda.max_memory_allocated`, on CPU the process's peak RSS, both since training began
+    (`hmt_hf.peak_memory`).
 
     After training, `summary()` gives the run's `tokens_per_second`, `peak_memory_mib` and the paths written.
     """
@@ -58,12 +49,12 @@ class TelemetryCallback(TrainerCallback):
         self._device = None
         self._output_dir = None
         self._plot_path = None
+        self._peak_since_start = False
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._device = args.device
         self._output_dir = args.output_dir
-        if self._device.type == "cuda" and torch.cuda.is_available():
-            torch.cuda.reset_peak_memory_stats(self._device)
+        self._peak_since_start = reset_peak_memory(self._device)
         self._start_time = self._last_time = time.perf_counter()
         self._last_step = state.global_step  # a resumed run starts from its checkpoint's step and token count
         self._start_tokens = self._last_tokens = state.num_input_tokens_seen
@@ -87,7 +78,7 @@ class TelemetryCallback(TrainerCallback):
                 record["tokens_seen"] = tokens
                 record["tokens_per_second"] = round((tokens - self._last_tokens) / seconds, 2)
                 self._last_tokens = tokens
-            memory, source = peak_memory_mib(self._device)
+            memory, source = peak_memory_mib(self._device, since_reset=self._peak_since_start)
             record["peak_memory_mib"] = round(memory, 1)
             record["peak_memory_source"] = source
             self._last_time, self._last_step = now, state.global_step
@@ -107,7 +98,7 @@ class TelemetryCallback(TrainerCallback):
             seconds = max(time.perf_counter() - self._start_time, 1e-9)
             if self._last_tokens > self._start_tokens:
                 result["tokens_per_second"] = round((self._last_tokens - self._start_tokens) / seconds, 2)
-            memory, source = peak_memory_mib(self._device)
+            memory, source = peak_memory_mib(self._device, since_reset=self._peak_since_start)
             result["peak_memory_mib"] = round(memory, 1)
             result["peak_memory_source"] = source
         if self._output_dir is not None:
