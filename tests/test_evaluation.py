@@ -296,3 +296,23 @@ def test_scoring_restores_training_mode(ids):
     scores = HMTScorer(model).score(ids)
     assert model.training and model.backbone.training  # put back as it was
     torch.testing.assert_close(scores.nll, reference.nll)  # scored in eval mode (no dropout)
+
+
+@torch.no_grad()
+def test_memory_diagnostics_describe_the_retrieval_and_the_memory_slot():
+    """The numbers the memory reports explain a result with: retrieval weights (entropy, largest weight, how often the
+    oldest memory wins), memory norms at the token scale (normalize_memory), attention on the first positions."""
+    from hmt_hf.evaluation import comparison
+
+    model = make_hmt("llama", num_memory_embeddings=6)
+    sample = torch.randint(3, 128, (48,), generator=torch.Generator().manual_seed(2))
+    nll = comparison.token_nll(ChunkedTransformer(model.backbone, 8), sample)
+    found = comparison.memory_diagnostics(model, sample, {"chunked": [nll]})
+    assert 0 < found["retrieval_weight_entropy_normalized_mean"] <= 1
+    assert 1 / 6 <= found["retrieval_max_weight_mean"] <= 1
+    assert 0 <= found["retrieval_oldest_is_max_fraction"] <= 1
+    assert found["search_temperature"] == pytest.approx(10.0)
+    token_norm = model.get_input_embeddings().weight.norm(dim=-1).mean().item()
+    assert found["memory_embedding_norm_mean"] == pytest.approx(token_norm, rel=0.2)
+    attention = found["attention_to_first_positions"]
+    assert 0 < attention["hmt"]["position_1"] < 1 and len(found["per_segment_perplexity"]["chunked"]) == 6

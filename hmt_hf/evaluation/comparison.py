@@ -197,14 +197,13 @@ def attention_to_first_positions(model, sample: torch.Tensor, segment: int) -> d
 
 @torch.no_grad()
 def memory_diagnostics(model, sample: torch.Tensor, per_sample: dict) -> dict:
-    """Per-segment losses of each model on `sample`, memory norms, retrieval-weight entropy, attention to 0/1."""
+    """Per-segment losses of each model on `sample`, memory norms, the retrieval weights (normalized entropy, the
+    largest weight, how often it falls on the oldest cached memory), attention to 0/1."""
     length = model.config.segment_length
     out = model(sample[None], output_retrieval_weights=True, logits_to_keep=1)
-    entropies = [
-        float(-(w[0][w[0] > 0] * w[0][w[0] > 0].log()).sum()) / math.log(int((w[0] > 0).sum()))
-        for w in out.retrieval_weights or ()
-        if int((w[0] > 0).sum()) > 1
-    ]
+    searches = [w[0][w[0] > 0] for w in out.retrieval_weights or () if int((w[0] > 0).sum()) > 1]
+    entropies = [float(-(w * w.log()).sum()) / math.log(len(w)) for w in searches]
+    search = model.memory.memory_search
     segments = len(sample) // length
     per_segment = {
         name: [round(math.exp(nlls[0][max(1, s * length) : (s + 1) * length].mean()), 2) for s in range(segments)]
@@ -215,6 +214,13 @@ def memory_diagnostics(model, sample: torch.Tensor, per_sample: dict) -> dict:
         "memory_embedding_norm_mean": round(out.memory.memories[0].norm(dim=-1).mean().item(), 2),
         "token_embedding_norm_mean": round(model.get_input_embeddings().weight.norm(dim=-1).mean().item(), 2),
         "retrieval_weight_entropy_normalized_mean": round(sum(entropies) / len(entropies), 4) if entropies else None,
+        "retrieval_max_weight_mean": round(sum(float(w.max()) for w in searches) / len(searches), 4)
+        if searches
+        else None,
+        "retrieval_oldest_is_max_fraction": (
+            round(sum(int(w.argmax()) == 0 for w in searches) / len(searches), 3) if searches else None
+        ),
+        "search_temperature": round(search.log_temperature.exp().item(), 3) if model.config.normalize_memory else None,
         "attention_to_first_positions": attention_to_first_positions(model, sample, min(4, segments - 1)),
     }
 
@@ -310,7 +316,10 @@ def write_summary(document: dict, output: Path):
                 lines += [
                     f"**{corpus}, {layout}**: memory-embedding norm {found['memory_embedding_norm_mean']} (token "
                     f"embeddings {found['token_embedding_norm_mean']}); normalized retrieval-weight entropy "
-                    f"{found['retrieval_weight_entropy_normalized_mean']}; attention of segment tokens on key "
+                    f"{found['retrieval_weight_entropy_normalized_mean']} (largest weight "
+                    f"{found.get('retrieval_max_weight_mean')}, on the oldest memory in "
+                    f"{found.get('retrieval_oldest_is_max_fraction')} of the searches; search temperature "
+                    f"{found.get('search_temperature')}); attention of segment tokens on key "
                     f"positions 0 / 1: chunked {attention['chunked']['position_0']} / "
                     f"{attention['chunked']['position_1']}, HMT {attention['hmt']['position_0']} / "
                     f"{attention['hmt']['position_1']} (input norm at position 0: "
