@@ -118,6 +118,9 @@ def main():
         checkpoints = dict(item.rsplit("=", 1) for item in args.checkpoint)  # names may hold "=" (L=256)
         if not checkpoints:
             raise SystemExit("trained: pass --checkpoint NAME=PATH for each model")
+        missing = [f"{name}={path}" for name, path in checkpoints.items() if not Path(path, "config.json").is_file()]
+        if missing:  # before any model loads
+            raise SystemExit(f"trained: no checkpoint (config.json) at {', '.join(missing)}; train it first.")
         scorers = scorers_trained(checkpoints)
         tokenizer = load_tokenizer(next(iter(checkpoints.values())))
         model = next((s.model for s in scorers.values() if isinstance(s, HMTScorer)), None)

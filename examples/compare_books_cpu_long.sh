@@ -9,10 +9,10 @@ short=${SHORT:-runs/books-cpu}
 runs=${RUNS:-runs/books-cpu-240}
 report=${REPORT:-reports/books_cpu_240}
 steps=${STEPS:-240}
-seed() {  # stage 1 as it finished, stage 2 from step 120
-  [ -d "$runs/$1/stage2" ] && return 0
-  mkdir -p "$runs/$1/stage2"
-  rsync -a --exclude 'checkpoint-*' "$short/$1/stage1/" "$runs/$1/stage1/"
+seed() {  # stage 1 as it finished (without its checkpoints), stage 2 from step 120
+  [ -e "$runs/$1/stage1/train_results.json" ] && return 0
+  mkdir -p "$runs/$1/stage1" "$runs/$1/stage2"
+  find "$short/$1/stage1" -mindepth 1 -maxdepth 1 ! -name 'checkpoint-*' -exec cp -r {} "$runs/$1/stage1/" \;
   cp -r "$short/$1/stage2/checkpoint-120" "$runs/$1/stage2/"
   # Checkpoints written before the schedule became a LambdaLR lack its `lr_lambdas` entry (same schedule, same step).
   python -c "import sys, torch; p = sys.argv[1]; s = torch.load(p, weights_only=False)
@@ -25,13 +25,16 @@ train() {  # name, extra flags: two runs at a time, one thread each
     --resume_from_checkpoint last "${@:2}" > "$runs/$1.log" 2>&1
 }
 mkdir -p "$runs"
-train hmt --method hmt & train chunked --method chunked & wait
-train rmt --method rmt & train chunked-1024 --method chunked --segment_length 1024 --stage1_bptt_depth 1 \
-  --stage1_max_steps 30 --bptt_depth 1 & wait
+# `wait PID` returns that run's status, so the script stops if a run fails.
+train hmt --method hmt & first=$!; train chunked --method chunked & second=$!; wait $first; wait $second
+train rmt --method rmt & first=$!
+train chunked-1024 --method chunked --segment_length 1024 --stage1_bptt_depth 1 --stage1_max_steps 30 --bptt_depth 1 &
+second=$!; wait $first; wait $second
 models=(--checkpoint "chunked (L=256)=$runs/chunked/backbone" --checkpoint "HMT=$runs/hmt/stage2"
         --checkpoint "RMT=$runs/rmt/stage2" --checkpoint "chunked (L=1024)=$runs/chunked-1024/backbone")
 python benchmarks/memory_quality.py trained --corpora books --lengths 2048,8192,16384 --num-samples 3 \
   --max-tokens 32768 --diagnostics-length 8192 --threads 1 --output "$report/books" "${models[@]}" &
+first=$!
 python benchmarks/memory_quality.py trained --corpora wiki --lengths 2048,8192 --num-samples 3 \
   --diagnostics-length 8192 --threads 1 --output "$report/wiki" "${models[@]}" &
-wait
+second=$!; wait $first; wait $second
