@@ -196,6 +196,28 @@ def attention_to_first_positions(model, sample: torch.Tensor, segment: int) -> d
 
 
 @torch.no_grad()
+def ablations(model, sample: torch.Tensor) -> dict:
+    """All-token perplexity of `sample` as the model is, with the memory slot's input zeroed (`P_n = 0` in every
+    segment: what the memory embedding contributes), and without sensory memory (what the `k` tokens contribute)."""
+
+    def perplexity() -> float:
+        return round(math.exp(model(sample[None], labels=sample[None], logits_to_keep=1).loss.item()), 3)
+
+    def zero_memory(module, args):
+        return (args[0], torch.zeros_like(args[1]), *args[2:])
+
+    result = {"as_trained": perplexity()}
+    hook = model.memory.memory_embedding_generator.register_forward_pre_hook(zero_memory)
+    try:
+        result["memory_slot_zeroed"] = perplexity()
+    finally:
+        hook.remove()
+    with hmt_overrides(model, use_sensory_memory=False):
+        result["no_sensory_memory"] = perplexity()
+    return result
+
+
+@torch.no_grad()
 def memory_diagnostics(model, sample: torch.Tensor, per_sample: dict) -> dict:
     """Per-segment losses of each model on `sample`, memory norms, the retrieval weights (normalized entropy, the
     largest weight, how often it falls on the oldest cached memory), attention to 0/1."""
@@ -222,6 +244,7 @@ def memory_diagnostics(model, sample: torch.Tensor, per_sample: dict) -> dict:
         ),
         "search_temperature": round(search.log_temperature.exp().item(), 3) if model.config.normalize_memory else None,
         "attention_to_first_positions": attention_to_first_positions(model, sample, min(4, segments - 1)),
+        "perplexity_ablations": ablations(model, sample),
     }
 
 
@@ -326,6 +349,14 @@ def write_summary(document: dict, output: Path):
                     f"{attention['hmt']['input_norm_position_0']}).",
                     "",
                 ]
+                if "perplexity_ablations" in found:
+                    ablated = found["perplexity_ablations"]
+                    lines += [
+                        f"Ablations on this sample (all tokens): perplexity {ablated['as_trained']} as trained, "
+                        f"{ablated['memory_slot_zeroed']} with the memory slot zeroed, {ablated['no_sensory_memory']} "
+                        "without sensory memory.",
+                        "",
+                    ]
             lines += ["| model | per-segment perplexity |", "|---|---|"]
             segments = next(iter(layouts.values()))["per_segment_perplexity"]
             lines += [f"| {m} | {' '.join(str(v) for v in p)} |" for m, p in segments.items()] + [""]
