@@ -4,6 +4,8 @@ This file is shipped beside the weights of every saved HMT checkpoint (``trust_r
 ``transformers`` and nothing from ``hmt_hf``.
 """
 
+import inspect
+
 from transformers import AutoConfig, PretrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import (
@@ -229,3 +231,10 @@ def check_backbone_config(text_config):
             f"text_config (model_type={model_type!r}) is a bidirectional encoder; HMT needs a causal decoder. "
             "Use a decoder-only backbone, or set is_decoder=True if this model really is trained as a causal LM."
         )
+
+
+# The HMT hyperparameters: every `HMTConfig` argument but the backbone's config. The one list the CLI, the reports
+# and the model cards derive theirs from.
+HMT_FIELDS = tuple(
+    name for name in inspect.signature(HMTConfig.__init__).parameters if name not in ("self", "text_config", "kwargs")
+)

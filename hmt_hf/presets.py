@@ -184,6 +184,7 @@ def evaluate(preset: Preset, root: Path, checkpoints: dict[str, Path], threads: 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .configuration_hmt import HMT_FIELDS
     from .evaluation import comparison
 
     torch.set_num_threads(threads)
@@ -203,17 +204,7 @@ def evaluate(preset: Preset, root: Path, checkpoints: dict[str, Path], threads: 
         "weights": f"trained: HMT {checkpoints['hmt']}, baseline {checkpoints['baseline']} (same windows, steps, "
         "tokens and schedule)",
         "reference": next(iter(scorers)),
-        "hmt": {
-            k: getattr(hmt.config, k)
-            for k in (
-                "segment_length",
-                "sensory_memory_size",
-                "representation_length",
-                "num_memory_embeddings",
-                "attention_sink",
-                "normalize_memory",
-            )
-        },  # fmt: skip
+        "hmt": {k: getattr(hmt.config, k) for k in HMT_FIELDS},
         "protocols": {
             "all_tokens": "every target 1..T-1 of each sample",
             "last_segment": "the targets of each sample's last segment (the paper's protocol)",

@@ -277,3 +277,24 @@ def test_inference_caps_the_batched_representation_pass_at_one_segment_pass():
     assert [shape[0] for shape in inference_calls] == [1, 2]  # groups [0, 1] and [2, 3]; segment 0 needs no query
     assert [shape[0] for shape in calls] == [3]
     torch.testing.assert_close(inference, training.detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_hmt_field_lists_derive_from_hmt_config():
+    """One source of truth for the HMT hyperparameters: the CLI's arguments and the live-switchable fields are
+    `HMTConfig` arguments, and a new HMTConfig argument is noticed here."""
+    from dataclasses import fields
+
+    from hmt_hf.configuration_hmt import HMT_FIELDS
+    from hmt_hf.evaluation.baselines import OVERRIDABLE_FIELDS
+    from hmt_hf.training.arguments import HMTModelArguments
+
+    assert "segment_length" in HMT_FIELDS and set(HMT_FIELDS) <= set(HMTConfig().to_dict())
+    cli = {f.name for f in fields(HMTModelArguments)}
+    # Not on the command line: ablation switches (set by --method / stages), batching, the sink token id.
+    assert cli == set(HMT_FIELDS) - {
+        "use_memory_search",
+        "use_sensory_memory",
+        "representation_batch_size",
+        "sink_token_id",
+    }
+    assert set(OVERRIDABLE_FIELDS) <= set(HMT_FIELDS)

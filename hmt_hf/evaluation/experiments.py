@@ -27,6 +27,7 @@ untrained memory an ablation measures the mechanism, not the paper's claim about
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -36,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from ..configuration_hmt import HMT_FIELDS as CONFIG_HMT_FIELDS
 from ..offline import resolve_backbone
 from .baselines import (
     ChunkedTransformer,
@@ -58,13 +60,9 @@ from .scoring import PROTOCOLS, Scorer, make_samples, num_protocol_samples
 
 # Paper defaults for a fresh HMT (Table 7).
 PAPER_HMT_FIELDS = {"segment_length": 1024, "sensory_memory_size": 32, "num_memory_embeddings": 300}
-HMT_FIELDS = (
-    "segment_length",
-    "representation_length",
-    "sensory_memory_size",
-    "num_memory_embeddings",
-    "memory_search_dim",
-    "retrieval_mode",
+# The HMTConfig fields an ExperimentConfig can set.
+HMT_FIELDS = tuple(
+    name for name in CONFIG_HMT_FIELDS if name in {f.name for f in dataclasses.fields(ExperimentConfig)}
 )
 QUALITY_METRICS = (
     "perplexity",
