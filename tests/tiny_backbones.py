@@ -44,6 +44,14 @@ TINY_BACKBONES = {
     "bloom": {"vocab_size": VOCAB, "hidden_size": 32, "n_layer": 2, "n_head": 4},
     "falcon": {"vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4},
     "starcoder2": {**LLAMA_LIKE, "sliding_window": 64},
+    # Granite's four multipliers (embeddings, residuals, attention scale, logits), set away from 1 as in its releases.
+    "granite": {
+        **LLAMA_LIKE,
+        "embedding_multiplier": 12.0,
+        "residual_multiplier": 0.22,
+        "attention_multiplier": 0.0078125,
+        "logits_scaling": 8.0,
+    },
 }
 
 
