@@ -1,6 +1,7 @@
 """Generate model_cards/hmt-smollm2-books-cpu.md from the trained checkpoint and the committed report.
 
-PYTHONPATH=. python model_cards/make_example.py [--checkpoint runs/books-cpu/hmt/stage2] [--report reports/books_cpu]
+PYTHONPATH=. python model_cards/make_example.py [--checkpoint runs/books-cpu-240/hmt/stage2] \
+    [--report reports/books_cpu_240] [--script examples/compare_books_cpu_long.sh]
 """
 
 import argparse
@@ -12,8 +13,9 @@ from transformers import AutoModelForCausalLM
 from hmt_hf.hub import create_model_card
 
 parser = argparse.ArgumentParser(description=__doc__)
-parser.add_argument("--checkpoint", default="runs/books-cpu/hmt/stage2")
-parser.add_argument("--report", default="reports/books_cpu")
+parser.add_argument("--checkpoint", default="runs/books-cpu-240/hmt/stage2")
+parser.add_argument("--report", default="reports/books_cpu_240")
+parser.add_argument("--script", default="examples/compare_books_cpu_long.sh", help="the command that trained it")
 parser.add_argument("--output", default="model_cards/hmt-smollm2-books-cpu.md")
 args = parser.parse_args()
 
@@ -35,7 +37,7 @@ for corpus in ("books", "wiki"):
 hmt_budget = budget["HMT"]
 training = (
     "Both stages of the paper's recipe on the offline `books` corpus (Shakespeare, split by document) with "
-    "`bash examples/compare_books_cpu.sh`: stage 1 (no memory search, 2-segment windows) "
+    f"`bash {args.script}`: stage 1 (no memory search, 2-segment windows) "
     f"{hmt_budget['stage1']['steps']} steps / {hmt_budget['stage1']['tokens']:,} tokens, stage 2 (memory search, "
     f"4-segment windows) {hmt_budget['stage2']['steps']} steps / {hmt_budget['stage2']['tokens']:,} tokens; full "
     "fine-tuning, AdamW, LR 5e-5 (x0.9 every 100 steps), batch 1, on 1 CPU thread. The same-budget baselines "
@@ -43,7 +45,7 @@ training = (
 )
 evaluation = (
     "Held-out test documents, the same samples for every model, last-segment perplexity (the paper's protocol; "
-    "`reports/books_cpu/` also has every-token perplexity); change against the same-budget chunked baseline (L=256):\n\n"
+    f"`{args.report}/` also has every-token perplexity); change against the same-budget chunked baseline (L=256):\n\n"
     "| corpus | sample tokens | model | perplexity | vs chunked (L=256) |\n|---|---|---|---|---|\n" + "\n".join(lines)
 )
 card = create_model_card(
