@@ -3,15 +3,31 @@
 # (L=256 and L=1024) and RMT, each trained on the same windows, steps, tokens and LR schedule
 # (examples/train_args_books_cpu.json), then scored on the held-out test plays and on Wikipedia.
 # Resumable: rerun after an interruption; finished stages are skipped, unfinished ones resume from their checkpoint.
+# STEPS sets the stage-2 steps (default 120); CONTINUE_FROM=DIR starts each model from DIR's run of it (stage 1 as
+# finished, stage 2 from its newest checkpoint), which equals an uninterrupted run since resuming is exact.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONPATH=.
 runs=${RUNS:-runs/books-cpu}
 report=${REPORT:-reports/books_cpu}
+steps=${STEPS:-120}
 [ -d data/books ] || hmt-hf prepare-data books --output-dir data/books
 [ -d data/wiki ] || hmt-hf prepare-data wiki --output-dir data/wiki
+seed() {  # copy CONTINUE_FROM's run: stage 1 without its checkpoints, stage 2's newest checkpoint
+  [ -n "${CONTINUE_FROM:-}" ] && [ ! -e "$runs/$1/stage1/train_results.json" ] || return 0
+  local checkpoint
+  checkpoint=$(ls -d "$CONTINUE_FROM/$1/stage2"/checkpoint-* | sort -V | tail -1)
+  mkdir -p "$runs/$1/stage1" "$runs/$1/stage2"
+  find "$CONTINUE_FROM/$1/stage1" -mindepth 1 -maxdepth 1 ! -name 'checkpoint-*' -exec cp -r {} "$runs/$1/stage1/" \;
+  cp -r "$checkpoint" "$runs/$1/stage2/"
+  # Checkpoints written before the schedule became a LambdaLR lack its `lr_lambdas` entry (same schedule, same step).
+  python -c "import sys, torch; p = sys.argv[1]; s = torch.load(p, weights_only=False)
+if 'lr_lambdas' not in s: torch.save({**s, 'lr_lambdas': [None] * len(s['base_lrs'])}, p)" \
+    "$runs/$1/stage2/$(basename "$checkpoint")/scheduler.pt"
+}
 train() {  # name, extra flags: two runs at a time, one thread each
-  python examples/train_hmt.py examples/train_args_books_cpu.json --output_dir "$runs/$1" \
+  seed "$1"
+  python examples/train_hmt.py examples/train_args_books_cpu.json --output_dir "$runs/$1" --max_steps "$steps" \
     --resume_from_checkpoint last "${@:2}" > "$runs/$1.log" 2>&1
 }
 mkdir -p "$runs"

@@ -63,9 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
     if hasattr(module, "cli"):
         return int(module.cli(argv[1:]) or 0)
-    subparser = argparse.ArgumentParser(prog=f"hmt-hf {argv[0]}", description=SUBCOMMANDS[argv[0]][1])
-    module.add_arguments(subparser)
-    return int(module.run(subparser.parse_args(argv[1:])) or 0)
+    return int(module.run(parse(argv)) or 0)
 
 
 if __name__ == "__main__":

@@ -520,6 +520,13 @@ def test_hmt_hf_evaluate_scores_the_checkpoint_and_its_baselines(workspace, tmp_
         assert capsys.readouterr().err.strip().startswith(message)
     assert cli_main(["evaluate", "--model_name_or_path", "/no/such", "--dataset_name", str(tmp_path / "doc.txt")]) == 2
     assert capsys.readouterr().err.strip() == "error: --model_name_or_path /no/such: no such folder."
+    plain = str(workspace / "backbone")  # a causal LM that is not an HMT: refused from its config, nothing loads
+    assert cli_main(["evaluate", "--model_name_or_path", plain, "--dataset_name", str(tmp_path / "doc.txt")]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("is not an HMT (model_type='llama'); convert it first with `hmt-hf convert`.")
+    )
 
 
 def test_resume_skips_a_checkpoint_that_was_not_saved_completely(tmp_path):

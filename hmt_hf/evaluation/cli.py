@@ -69,7 +69,7 @@ def evaluate(args: EvaluateArguments, log=print) -> dict:
     import time
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from . import comparison
 
@@ -77,10 +77,11 @@ def evaluate(args: EvaluateArguments, log=print) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     kwargs = {"trust_remote_code": args.trust_remote_code}
-    hmt = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, **kwargs).eval()
-    if not hasattr(hmt.config, "segment_length"):
+    config = AutoConfig.from_pretrained(args.model_name_or_path, **kwargs)  # before any weights load
+    if not hasattr(config, "segment_length"):
         raise ValueError(f"--model_name_or_path {args.model_name_or_path} is not an HMT (model_type="
-                         f"{hmt.config.model_type!r}); convert it first with `hmt-hf convert`.")  # fmt: skip
+                         f"{config.model_type!r}); convert it first with `hmt-hf convert`.")  # fmt: skip
+    hmt = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, **kwargs).eval()
     baseline = None
     if args.baseline_name_or_path is not None:
         baseline = AutoModelForCausalLM.from_pretrained(args.baseline_name_or_path, **kwargs).eval()
@@ -132,7 +133,6 @@ def parse(argv: list[str]) -> tuple[EvaluateArguments]:
 def cli(argv: list[str]) -> int:
     try:
         (args,) = parse(argv)
-        check_paths(args)
         document = evaluate(args, log=lambda line: print(line, file=sys.stderr, flush=True))
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -196,17 +196,20 @@ def attention_to_first_positions(model, sample: torch.Tensor, segment: int) -> d
 
 
 @torch.no_grad()
-def ablations(model, sample: torch.Tensor) -> dict:
-    """All-token perplexity of `sample` as the model is, with the memory slot's input zeroed (`P_n = 0` in every
-    segment: what the memory embedding contributes), and without sensory memory (what the `k` tokens contribute)."""
+def ablations(model, sample: torch.Tensor, loss: float | None = None) -> dict:
+    """All-token perplexity of `sample` as the model is (from its mean `loss` when the caller has it), with the memory
+    slot's input zeroed (`P_n = 0` in every segment: what the memory embedding contributes), and without sensory
+    memory (what the `k` tokens contribute)."""
 
-    def perplexity() -> float:
-        return round(math.exp(model(sample[None], labels=sample[None], logits_to_keep=1).loss.item()), 3)
+    def perplexity(loss: float | None = None) -> float:
+        if loss is None:
+            loss = model(sample[None], labels=sample[None], logits_to_keep=1).loss.item()
+        return round(math.exp(loss), 3)
 
     def zero_memory(module, args):
         return (args[0], torch.zeros_like(args[1]), *args[2:])
 
-    result = {"as_trained": perplexity()}
+    result = {"as_trained": perplexity(loss)}
     hook = model.memory.memory_embedding_generator.register_forward_pre_hook(zero_memory)
     try:
         result["memory_slot_zeroed"] = perplexity()
@@ -222,7 +225,7 @@ def memory_diagnostics(model, sample: torch.Tensor, per_sample: dict) -> dict:
     """Per-segment losses of each model on `sample`, memory norms, the retrieval weights (normalized entropy, the
     largest weight, how often it falls on the oldest cached memory), attention to 0/1."""
     length = model.config.segment_length
-    out = model(sample[None], output_retrieval_weights=True, logits_to_keep=1)
+    out = model(sample[None], labels=sample[None], output_retrieval_weights=True, logits_to_keep=1)
     searches = [w[0][w[0] > 0] for w in out.retrieval_weights or () if int((w[0] > 0).sum()) > 1]
     entropies = [float(-(w * w.log()).sum()) / math.log(len(w)) for w in searches]
     search = model.memory.memory_search
@@ -244,7 +247,7 @@ def memory_diagnostics(model, sample: torch.Tensor, per_sample: dict) -> dict:
         ),
         "search_temperature": round(search.log_temperature.exp().item(), 3) if model.config.normalize_memory else None,
         "attention_to_first_positions": attention_to_first_positions(model, sample, min(4, segments - 1)),
-        "perplexity_ablations": ablations(model, sample),
+        "perplexity_ablations": ablations(model, sample, loss=out.loss.item()),
     }
 
 

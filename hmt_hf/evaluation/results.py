@@ -313,14 +313,12 @@ def validate_metrics(document: dict | str | os.PathLike) -> dict:
     """Check a `metrics.json` (a dict or a path) against `METRICS_SCHEMA` with `jsonschema`; return it, or raise
     `SchemaError` listing every violation. Also rejects NaN/infinity, which JSON cannot carry (missing values must be
     `null`) and which `jsonschema` accepts as numbers."""
-    import jsonschema
-
     if not isinstance(document, dict):
         with open(document, encoding="utf-8") as handle:
             document = json.load(handle, parse_constant=_reject_constant)
     errors = [
         f"$.{'.'.join(str(p) for p in error.absolute_path)}: {error.message}"
-        for error in _validator(jsonschema).iter_errors(document)
+        for error in _validator().iter_errors(document)
     ]
     errors += _non_finite_numbers(document)
     if errors:
@@ -329,7 +327,9 @@ def validate_metrics(document: dict | str | os.PathLike) -> dict:
 
 
 @functools.cache
-def _validator(jsonschema):
+def _validator():
+    import jsonschema
+
     jsonschema.Draft202012Validator.check_schema(METRICS_SCHEMA)
     return jsonschema.Draft202012Validator(METRICS_SCHEMA)
 
