@@ -55,7 +55,7 @@ CPU_L256 = {
 PRESETS = {
     "quick": Preset(
         "SmolLM2-135M, L=256, k=32, j=128, N=300; 12 stage-1 steps (2 x 256 tokens) and 24 stage-2 steps "
-        "(3 x 256 tokens) on the offline books corpus; under 20 minutes on 2 CPU cores",
+        "(3 x 256 tokens) on the offline books corpus; 8 minutes on 2 CPU cores",
         corpus="books",
         lengths=(2048, 4096),
         num_samples=2,

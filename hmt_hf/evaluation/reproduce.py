@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--preset",
         default=None,
         help="the whole job: convert, train the HMT and its same-budget baseline, evaluate, report into "
-        "--output-dir (quick: under 20 min on 2 CPU cores; books-cpu: ~1 h; paper: the paper's recipe, for a GPU)",
+        "--output-dir (quick: ~8 min on 2 CPU cores; books-cpu: ~1 h; paper: the paper's recipe, for a GPU)",
     )
     what.add_argument(
         "--compare",
