@@ -246,6 +246,29 @@ def test_hmt_trainer_uses_step_decay_unless_told_otherwise(tmp_path):
     assert linear(5) == pytest.approx(1) and linear(100) == pytest.approx(0)
 
 
+def test_memory_learning_rate_applies_to_the_memory_parameters_only(tmp_path):
+    from conftest import make_hmt
+    from transformers import TrainingArguments
+
+    from hmt_hf.training import HMTTrainer
+
+    model = make_hmt()
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", learning_rate=1e-4)
+    trainer = HMTTrainer(model=model, args=args, lr_decay_steps=2, lr_decay_gamma=0.5, memory_learning_rate=3e-3)
+    trainer.create_optimizer_and_scheduler(num_training_steps=10)
+    memory = {id(p) for p in model.memory.parameters()}
+    rates = {id(p): group["lr"] for group in trainer.optimizer.param_groups for p in group["params"]}
+    assert set(rates) == {id(p) for p in model.parameters()}  # every parameter, once
+    assert {rates[i] for i in memory} == {3e-3}
+    assert {rate for i, rate in rates.items() if i not in memory} == {1e-4}
+    for _ in range(2):  # the schedule decays both alike
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+    assert sorted(set(trainer.lr_scheduler.get_last_lr())) == pytest.approx([5e-5, 1.5e-3])
+    with pytest.raises(ValueError, match="memory_learning_rate"):
+        HMTArguments(memory_learning_rate=0.0)
+
+
 def test_apply_stage_freezes_only_memory_search_parameters():
     from conftest import make_hmt
     from peft import get_peft_model

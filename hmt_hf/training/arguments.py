@@ -215,6 +215,14 @@ class HMTArguments(HMTModelArguments):
     )
     lr_decay_steps: int = field(default=100, metadata={"help": "Optimizer steps between two LR decays."})
     lr_decay_gamma: float = field(default=0.9, metadata={"help": "LR factor per decay (the paper: 0.9 or 0.7)."})
+    memory_learning_rate: float | None = field(
+        default=None,
+        metadata={
+            "help": "Peak LR of the memory parameters HMT adds (T, W_q, W_k, initial memory, search temperature, "
+            "memory gain); default: --learning_rate. They start from scratch, so a fine-tuning LR barely moves them. "
+            "The backbone keeps --learning_rate, so a chunked baseline trained with the same flags is unchanged."
+        },
+    )
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -239,6 +247,8 @@ class HMTArguments(HMTModelArguments):
                 f"--lr_decay_steps={self.lr_decay_steps} must be >= 1 and --lr_decay_gamma={self.lr_decay_gamma} "
                 "in (0, 1]."
             )
+        if self.memory_learning_rate is not None and not self.memory_learning_rate > 0:
+            raise ValueError(f"--memory_learning_rate={self.memory_learning_rate} must be > 0 (or unset).")
         if self.stage1_max_steps is not None and self.stage1_max_steps < 1:
             raise ValueError(f"--stage1_max_steps={self.stage1_max_steps} must be >= 1.")
 

@@ -418,6 +418,7 @@ def run_stage(stage, model, tokenizer, tokenized, args, checkpoint, callbacks) -
         lr_decay_steps=hmt_args.lr_decay_steps if hmt_args.lr_schedule == "step_decay" else None,
         lr_decay_gamma=hmt_args.lr_decay_gamma,
         use_memory=hmt_args.method != "chunked",
+        memory_learning_rate=hmt_args.memory_learning_rate,
     )
     metrics = {}
     if training_args.do_train:
