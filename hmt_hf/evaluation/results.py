@@ -32,9 +32,7 @@ A run directory (`ResultLogger.exp_dir`) holds:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
-import hashlib
 import json
 import math
 import os
@@ -42,9 +40,10 @@ import platform
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+
+from .config import ExperimentConfig
 
 SCHEMA_VERSION = "hmt_hf.metrics/1"
 
@@ -78,95 +77,6 @@ METRIC_UNITS = {
     "final_eval_loss": "nats/token",
     "final_eval_perplexity": "perplexity",
 }
-
-
-# ---------------------------------------------------------------------------------------------------- config
-@dataclass
-class ExperimentConfig:
-    """Everything that defines an evaluation run, recorded in full in `metrics.json` (and hashed into its
-    `config_fingerprint`, so runs with different settings are never mixed up).
-
-    The first block is the seed notebook's interface (`ExperimentConfig(name=..., model_name=..., dataset=...,
-    segment_length=..., ...)`). HMT fields left `None` take the loaded checkpoint's value, or the paper's default
-    for a fresh HMT (L=1024, j=L/2, k=32, N=300).
-    """
-
-    name: str = "hmt_evaluation"
-    model_name: str = "smollm2"
-    dataset: str = "shakespeare"
-    segment_length: int | None = None
-    num_memory_embeddings: int | None = None
-    sensory_memory_size: int | None = None
-    batch_size: int = 1
-    learning_rate: float | None = None
-    seed: int = 42
-    paper_table: str | None = None
-
-    # Model
-    representation_length: int | None = None
-    memory_search_dim: int | None = None
-    retrieval_mode: str | None = None
-    gguf_file: str | None = None
-    tokenizer_name: str | None = None
-    dtype: str = "float32"
-    device: str = "auto"
-    rmt_checkpoint: str | None = None
-    variant_checkpoints: dict[str, str] = field(default_factory=dict)
-    training_runs: dict[str, list[str]] = field(default_factory=dict)
-
-    # Data and protocol
-    data_dir: str | None = None
-    experiments: list[str] = field(default_factory=lambda: ["ppl_vs_length"])
-    sequence_lengths: list[int] = field(default_factory=lambda: [2048, 10240, 30720, 61440, 102400])
-    long_length: int = 30720
-    ablation_length: int | None = None
-    num_samples: int = 10
-    protocols: list[str] = field(default_factory=lambda: ["last_segment"])
-    sample_stride: int | None = None
-    top_k: list[int] = field(default_factory=lambda: [1, 5])
-    max_logit_positions: int = 2048
-
-    # Baselines
-    baselines: list[str] = field(
-        default_factory=lambda: ["hmt", "rmt", "chunked", "sliding_window", "vanilla", "full_context"]
-    )
-    window_size: int | None = None
-    window_stride: int | None = None
-    vanilla_max_length: int | None = None
-    truncation_strategy: str = "tail"
-
-    # Ablations and efficiency
-    sensory_sizes: list[int] = field(default_factory=lambda: [8, 16, 32, 64, 128])
-    cache_sizes: list[int] = field(default_factory=lambda: [100, 200, 300, 400])
-    bptt_depths: list[int] = field(default_factory=lambda: [2, 5, 15])
-    efficiency_length: int | None = None
-    efficiency_warmup: int = 1
-    efficiency_repeats: int = 5
-    pubmedqa_data: str | None = None
-    pubmedqa_contexts: list[int] = field(default_factory=lambda: [2, 5, 10])
-
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> ExperimentConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"Unknown ExperimentConfig fields {unknown}; known fields: {sorted(known)}.")
-        return cls(**values)
-
-    @classmethod
-    def from_json(cls, path: str | os.PathLike) -> ExperimentConfig:
-        with open(path, encoding="utf-8") as handle:
-            return cls.from_dict(json.load(handle))
-
-    def fingerprint(self, ignore: tuple[str, ...] = ("experiments", "notes", "name", "paper_table")) -> str:
-        """A hash of the settings that change numbers (not which experiments run, not notes or names)."""
-        values = {k: v for k, v in self.to_dict().items() if k not in ignore}
-        return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------------------- schema
