@@ -15,9 +15,10 @@ from .baselines import (
     VanillaTransformer,
     hmt_overrides,
 )
+from .config import ExperimentConfig
 from .corpus import EvalCorpus, as_corpus, load_texts
 from .evaluator import BaselineEvaluator, HMTEvaluator, evaluate_scorer, load_metric, measure_efficiency
-from .results import ExperimentConfig, ResultCache, ResultLogger, validate_metrics
+from .results import ResultCache, ResultLogger, validate_metrics
 from .scoring import PROTOCOLS, EvalSample, Scorer, TokenScores, Workload, make_samples
 
 __all__ = [

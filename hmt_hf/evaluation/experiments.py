@@ -48,6 +48,7 @@ from .baselines import (
     VanillaTransformer,
     max_positions,
 )
+from .config import ExperimentConfig
 from .corpus import EvalCorpus, byte_level_tokenizer, load_texts
 from .evaluator import (
     SampleSetResult,
@@ -55,7 +56,7 @@ from .evaluator import (
     measure_efficiency,
     relative_change,
 )
-from .results import ExperimentConfig, ResultCache
+from .results import ResultCache
 from .scoring import PROTOCOLS, Scorer, make_samples, num_protocol_samples
 
 # Paper defaults for a fresh HMT (Table 7).
