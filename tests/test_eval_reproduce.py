@@ -567,6 +567,37 @@ def test_example_script_lists_the_experiments(capsys, monkeypatch):
     )
 
 
+def test_reproduce_flags_are_the_experiment_config(tmp_path):
+    """`hmt-hf reproduce` parses `ExperimentConfig` with HfArgumentParser: the aliases, comma lists, repeated
+    KEY=VALUE flags, a --config file under the flags, and one JSON file for everything."""
+    from hmt_hf.cli import parse
+
+    config, args = parse([
+        "reproduce", "--model", "tiny", "--data", "books", "--lengths", "1024,2048", "--protocol", "both",
+        "--checkpoint", "bptt_depth=2=/a", "--checkpoint", "retrieval=off=/b", "--training-run", "two_stage=s1,s2",
+        "--baselines", "sliding,hmt", "--segment-length", "64", "--no-progress", "--resume",
+    ])  # fmt: skip
+    assert (config.model_name, config.dataset, config.sequence_lengths, config.segment_length) == (
+        "tiny", "books", [1024, 2048], 64
+    )
+    assert config.protocols == ["last_segment", "all_tokens"] and config.baselines == ["sliding_window", "hmt"]
+    assert config.variant_checkpoints == {"bptt_depth=2": "/a", "retrieval=off": "/b"}
+    assert config.training_runs == {"two_stage": ["s1", "s2"]} and not args.progress and args.resume
+
+    saved = tmp_path / "config.json"
+    saved.write_text(json.dumps(ExperimentConfig(model_name="tiny", num_samples=7,
+                                                 variant_checkpoints={"bptt_depth=5": "/c"}).to_dict()))  # fmt: skip
+    config, _ = parse(["reproduce", "--config", str(saved), "--num-samples", "2", "--checkpoint", "bptt_depth=2=/a"])
+    assert (config.model_name, config.num_samples) == ("tiny", 2)
+    assert config.variant_checkpoints == {"bptt_depth=5": "/c", "bptt_depth=2": "/a"}
+
+    both = tmp_path / "run.json"
+    both.write_text(json.dumps({"model_name": "tiny", "sequence_lengths": [64], "output_dir": "o", "fail_fast": True}))
+    config, args = parse(["reproduce", str(both)])
+    assert (config.sequence_lengths, args.output_dir, args.fail_fast) == ([64], "o", True)
+    assert ExperimentConfig().fingerprint() == ExperimentConfig.from_dict(ExperimentConfig().to_dict()).fingerprint()
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -574,6 +605,9 @@ def test_example_script_lists_the_experiments(capsys, monkeypatch):
         (["--model", "tiny", "--data", "/no/such/texts.txt"], "--data /no/such/texts.txt: no such file or folder"),
         (["--model", "tiny", "--data", "wiki", "--data-dir", "/no/such/dir"], "hmt-hf prepare-data wiki"),
         (["--model", "tiny", "--checkpoint", "bptt_depth=2=/no/such/ckpt"], "--checkpoint bptt_depth=2"),
+        (["--model", "tiny", "--lengths", "2k,8k"], "give comma-separated integers"),
+        (["--model", "tiny", "--protocol", "every"], "--protocol 'every' is invalid"),
+        (["--model", "tiny", "--checkpoint", "nokey"], "give KEY=VALUE"),
     ],
 )
 def test_bad_reproduce_input_fails_fast_with_one_line(tmp_path, capsys, flags, message):
