@@ -386,7 +386,8 @@ def test_two_stage_training_carries_weights_and_lowers_heldout_loss(workspace, t
         records = [json.loads(line) for line in (output / stage / "telemetry.jsonl").read_text().splitlines()]
         steps = [r for r in records if "loss" in r]
         assert [r["step"] for r in steps] == list(range(1, 7))
-        assert all(r["tokens_per_second"] > 0 and r["peak_memory_mib"] > 0 for r in steps)
+        assert all(r["train_tokens_per_second"] > 0 and r["peak_memory_mib"] > 0 for r in steps)
+        assert [r["num_input_tokens_seen"] for r in steps] == sorted({r["num_input_tokens_seen"] for r in steps})
         assert [r["learning_rate"] for r in steps] == pytest.approx([3e-3] * 3 + [2.1e-3] * 3)  # x0.7 every 3
         assert (output / stage / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
         assert results[stage]["peak_memory_mib"] > 0 and results[stage]["tokens_per_second"] > 0

@@ -692,6 +692,8 @@ def _read_training_stage(path: Path) -> dict:
             stage["eval_loss"] = entry["eval_loss"]
         if "train_runtime" in entry:
             stage["runtime"] = entry["train_runtime"]
+        if "train_tokens_per_second" in entry:  # Trainer's, over the session so far: the last one covers it all
+            stage["tokens_per_second"] = entry["train_tokens_per_second"]
     for name, key, field_name in (
         ("train_results.json", "train_runtime", "runtime"),
         ("eval_results.json", "eval_loss", "eval_loss"),
@@ -703,9 +705,7 @@ def _read_training_stage(path: Path) -> dict:
     if telemetry.exists():
         records = [json.loads(line) for line in telemetry.read_text(encoding="utf-8").splitlines() if line.strip()]
         peaks = [r["peak_memory_mib"] for r in records if "peak_memory_mib" in r]
-        speeds = [r["tokens_per_second"] for r in records if "tokens_per_second" in r]
         stage["peak_memory"] = max(peaks) if peaks else None
-        stage["tokens_per_second"] = sum(speeds) / len(speeds) if speeds else None
     return stage
 
 

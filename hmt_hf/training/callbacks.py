@@ -1,4 +1,5 @@
-"""Training telemetry: throughput, peak memory, a JSON-lines log and a PNG loss curve per run.
+"""Training telemetry: peak memory beside Trainer's own logs (throughput included), in a JSON-lines log, and a PNG
+loss curve per run.
 
 Trainer's own reporting (`report_to`, the tqdm progress bar, `log_history`) is left as it is; this callback only
 reads what Trainer logs and writes two files of its own in `output_dir`.
@@ -9,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 
 from transformers import TrainerCallback
 
@@ -20,68 +20,46 @@ LOSS_CURVE_FILE = "loss_curve.png"
 
 
 class TelemetryCallback(TrainerCallback):
-    """Records tokens/s, steps/s and peak memory at every training log, and plots the loss curve at the end.
+    """Adds peak memory (and the evaluation perplexity) to every Trainer log, keeps them in a JSON-lines file, and
+    plots the loss curve at the end. Throughput is Trainer's own: with `include_num_input_tokens_seen` on (the
+    training script turns it on), every training log carries `num_input_tokens_seen`, `train_runtime` and
+    `train_tokens_per_second` (over this session, since training (re)started).
 
     Files written by the main process in `args.output_dir` (a resumed run appends to the same files):
 
-    - `telemetry.jsonl`: one JSON object per Trainer log: `{"step", "epoch", "elapsed_seconds", ...}` plus, for a
-      training log, `loss`, `learning_rate`, `grad_norm`, `tokens_seen`, `tokens_per_second` and
-      `steps_per_second` over the interval since the previous log, `peak_memory_mib` and `peak_memory_source`;
-      for an evaluation log, its `eval_*` metrics and `eval_perplexity = exp(eval_loss)`.
-    - `loss_curve.png`: training loss (and evaluation loss, when there is any) against the optimizer step, from
-      `state.log_history`, written at the end of training.
+    - `telemetry.jsonl`: one JSON object per Trainer log: the log's values plus `step`, `epoch`, and for a training
+      log `peak_memory_mib` and `peak_memory_source`, for an evaluation log `eval_perplexity = exp(eval_loss)`.
+    - `loss_curve.png`: training (and evaluation) loss against the optimizer step, from `state.log_history`.
 
-    Tokens are counted by Trainer: set `TrainingArguments(include_num_input_tokens_seen="non_padding")` (the
-    training script does, unless told otherwise); without it `tokens_per_second` is absent. On a CUDA device the
-    peak is `torch.cuda.max_memory_allocated`, on CPU the process's peak RSS, both since training began
-    (`hmt_hf.peak_memory`).
-
-    After training, `summary()` gives the run's `tokens_per_second`, `peak_memory_mib` and the paths written.
+    On a CUDA device the peak is `torch.cuda.max_memory_allocated`, on CPU the process's peak RSS, both since training
+    began (`hmt_hf.peak_memory`). After training, `summary()` gives `tokens_per_second` (Trainer's last),
+    `peak_memory_mib` and the paths written.
     """
 
     def __init__(self, plot: bool = True):
         self.plot = plot
-        self._start_time = None
-        self._last_time = None
-        self._last_step = 0
-        self._last_tokens = 0
-        self._start_tokens = 0
         self._device = None
         self._output_dir = None
         self._plot_path = None
         self._peak_since_start = False
+        self._tokens_per_second = None
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._device = args.device
         self._output_dir = args.output_dir
         self._peak_since_start = reset_peak_memory(self._device)
-        self._start_time = self._last_time = time.perf_counter()
-        self._last_step = state.global_step  # a resumed run starts from its checkpoint's step and token count
-        self._start_tokens = self._last_tokens = state.num_input_tokens_seen
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
-        now = time.perf_counter()
         record = {"step": state.global_step, "epoch": state.epoch}
-        if self._start_time is not None:
-            record["elapsed_seconds"] = round(now - self._start_time, 3)
         record.update({key: value for key, value in logs.items() if isinstance(value, (int, float, str))})
         if "eval_loss" in logs:
             record["eval_perplexity"] = _perplexity(logs["eval_loss"])
-        if "loss" in logs and self._last_time is not None:
-            seconds = max(now - self._last_time, 1e-9)
-            steps = state.global_step - self._last_step
-            record["steps_per_second"] = round(steps / seconds, 4)
-            if args.include_num_input_tokens_seen not in ("no", False, None):
-                tokens = state.num_input_tokens_seen
-                record["tokens_seen"] = tokens
-                record["tokens_per_second"] = round((tokens - self._last_tokens) / seconds, 2)
-                self._last_tokens = tokens
-            memory, source = peak_memory_mib(self._device, since_reset=self._peak_since_start)
+        if "loss" in logs and self._device is not None:
+            memory, record["peak_memory_source"] = peak_memory_mib(self._device, since_reset=self._peak_since_start)
             record["peak_memory_mib"] = round(memory, 1)
-            record["peak_memory_source"] = source
-            self._last_time, self._last_step = now, state.global_step
+        self._tokens_per_second = logs.get("train_tokens_per_second", self._tokens_per_second)
         os.makedirs(args.output_dir, exist_ok=True)
         with open(os.path.join(args.output_dir, TELEMETRY_FILE), "a", encoding="utf-8") as file:
             file.write(json.dumps(record) + "\n")
@@ -91,16 +69,14 @@ class TelemetryCallback(TrainerCallback):
             self._plot_path = plot_loss_curve(state.log_history, os.path.join(args.output_dir, LOSS_CURVE_FILE))
 
     def summary(self) -> dict:
-        """`tokens_per_second` over this run (absent without token counting), `peak_memory_mib`,
+        """`tokens_per_second` (Trainer's, at its last log; absent without token counting), `peak_memory_mib`,
         `peak_memory_source`, and the paths of the files written."""
         result = {}
-        if self._start_time is not None:
-            seconds = max(time.perf_counter() - self._start_time, 1e-9)
-            if self._last_tokens > self._start_tokens:
-                result["tokens_per_second"] = round((self._last_tokens - self._start_tokens) / seconds, 2)
-            memory, source = peak_memory_mib(self._device, since_reset=self._peak_since_start)
+        if self._tokens_per_second:
+            result["tokens_per_second"] = self._tokens_per_second
+        if self._device is not None:
+            memory, result["peak_memory_source"] = peak_memory_mib(self._device, since_reset=self._peak_since_start)
             result["peak_memory_mib"] = round(memory, 1)
-            result["peak_memory_source"] = source
         if self._output_dir is not None:
             result["telemetry_file"] = os.path.join(self._output_dir, TELEMETRY_FILE)
         if self._plot_path is not None:

@@ -29,7 +29,7 @@ The LR schedule is the paper's step decay (`--lr_decay_gamma` every `--lr_decay_
 the backbone plus the whole memory module (saved with the adapter); `--save_merged_model` also saves the merged HMT.
 
 Telemetry per stage, in its output folder: Trainer's tqdm progress and logs (with `num_input_tokens_seen` and
-`train_tokens_per_second`), `telemetry.jsonl` (tokens/s and peak memory per log), `loss_curve.png`,
+`train_tokens_per_second`), `telemetry.jsonl` (those logs with peak memory), `loss_curve.png`,
 `train_results.json`, `eval_results.json`.
 
 Examples::
