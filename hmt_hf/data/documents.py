@@ -125,7 +125,7 @@ def _load_hub(name: str, config_name, text_column, cache_dir, load_kwargs) -> Da
             f"load_documents: could not load {repo_id!r} from the Hugging Face Hub ({error}). Offline "
             "(HF_HUB_OFFLINE=1 / HF_DATASETS_OFFLINE=1) only datasets already in the `datasets` cache load. "
             "Without the Hub, build a local long-document corpus with `hmt-hf prepare-data books|wiki|arxiv "
-            "--output-dir DIR` and pass DIR, or pass local files."
+            "--output_dir DIR` and pass DIR, or pass local files."
         ) from error
     if not isinstance(raw, DatasetDict):
         raw = DatasetDict({"train": raw})

@@ -60,7 +60,7 @@ def check_paths(args: EvaluateArguments):
     if not os.path.exists(args.dataset_name):
         raise FileNotFoundError(
             f"--dataset_name {args.dataset_name}: no such file or folder (build one with `hmt-hf prepare-data books "
-            "--output-dir data/books`)."
+            "--output_dir data/books`)."
         )
 
 

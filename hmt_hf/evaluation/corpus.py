@@ -279,7 +279,7 @@ def load_texts(source: str, data_dir: str | None = None) -> tuple[list[str], str
 
 
 def _load_named_corpus(name: str, data_dir: str | None) -> tuple[list[str], str]:
-    """The test split of an offline corpus: the `DatasetDict` saved by `hmt-hf prepare-data NAME --output-dir DIR`
+    """The test split of an offline corpus: the `DatasetDict` saved by `hmt-hf prepare-data NAME --output_dir DIR`
     when `data_dir` is given, else built in memory with `hmt_hf.data.prepare_data(NAME)` (same split, same seed)."""
     from ..data import load_documents, prepare_data
 

