@@ -16,7 +16,7 @@ every input (which moves the memory query of a short last segment in `retrieval_
 without an attention mask (padding then enters that query). `HMTLM` differs from [`HFLM`] only where HMT needs it:
 
 - **No length limit.** Contexts of any length are read through the memory; `max_length` is unbounded.
-- **loglikelihood** runs through [`ContinuationScorer`] (`zero_shot.py`) on lm-eval's own tokenisation: requests
+- **loglikelihood** runs through [`ContinuationScorer`] (`zero_shot/scorer.py`) on lm-eval's own tokenisation: requests
   are grouped by context, the context's full segments are run once and their memory reused for every candidate
   continuation (exact, not an approximation), and the rest is left-padded with an attention mask into batches of
   `batch_size` rows; every row gets the numbers it gets alone.
@@ -35,7 +35,7 @@ from lm_eval.models.huggingface import HFLM
 from tqdm import tqdm
 
 from .baselines import HMTScorer
-from .zero_shot import ContinuationScorer, _base_model, _hmt_segment_length
+from .zero_shot.scorer import ContinuationScorer, hmt_segment_length, underlying_model
 
 
 @register_model("hmt")
@@ -63,9 +63,9 @@ class HMTLM(HFLM):
             raise ValueError(f"batch_size={batch_size!r} is not supported by the hmt backend; give an int (e.g. 8).")
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         super().__init__(pretrained, backend="causal", batch_size=batch_size, device=device, **kwargs)
-        if _hmt_segment_length(self.model) is None:
+        if hmt_segment_length(self.model) is None:
             raise TypeError(
-                f"{type(_base_model(self.model)).__name__} is not an HMTForCausalLM; evaluate plain causal LMs with "
+                f"{type(underlying_model(self.model)).__name__} is not an HMTForCausalLM; evaluate plain causal LMs with "
                 "lm-eval's 'hf' backend."
             )
         self.scorer = ContinuationScorer(self.model, self.tokenizer, batch_size=self.batch_size, max_length=None)
@@ -94,7 +94,7 @@ class HMTLM(HFLM):
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         """Log-likelihood of every document's tokens, each read in one pass after `prefix_token_id` (lm-eval's
         convention for the first token)."""
-        scorer = HMTScorer(_base_model(self.model))
+        scorer = HMTScorer(underlying_model(self.model))
         results = []
         for request in tqdm(requests, disable=disable_tqdm or self.rank != 0, desc="Scoring documents with HMT"):
             (text,) = request.args
