@@ -23,18 +23,13 @@ from hmt_hf.evaluation import (
     VanillaTransformer,
     make_samples,
 )
+from hmt_hf.evaluation.config import ExperimentConfig
 from hmt_hf.evaluation.corpus import EvalCorpus, byte_level_tokenizer
 from hmt_hf.evaluation.evaluator import BaselineEvaluator, HMTEvaluator, evaluate_scorer
 from hmt_hf.evaluation.experiments import EXPERIMENTS, ModelSet, resolve_experiments
 from hmt_hf.evaluation.reports import compare_runs
-from hmt_hf.evaluation.results import (
-    ExperimentConfig,
-    ResultCache,
-    ResultLogger,
-    SchemaError,
-    load_runs,
-    validate_metrics,
-)
+from hmt_hf.evaluation.results import ResultCache, ResultLogger, load_runs
+from hmt_hf.evaluation.schema import SchemaError, validate_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 PUBMEDQA = REPO / "tests" / "fixtures" / "zero_shot" / "pubmedqa_simple.jsonl"

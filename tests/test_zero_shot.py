@@ -325,7 +325,8 @@ def test_run_zero_shot_on_hmt_records_the_retrieval_mode_and_limit(tokenizer, hm
 
 
 def test_records_are_result_logger_arguments(tokenizer, hmt, tmp_path):
-    from hmt_hf.evaluation.results import ResultLogger, validate_metrics
+    from hmt_hf.evaluation.results import ResultLogger
+    from hmt_hf.evaluation.schema import validate_metrics
 
     zero_shot = run_zero_shot(
         hmt,
