@@ -25,14 +25,7 @@ from hmt_hf.evaluation.corpus import (
 )
 from hmt_hf.evaluation.evaluator import HMTEvaluator, aggregate_records, load_metric
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # The CI machine's 2 cores are shared: one thread avoids spin-waiting between tiny matrix products.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -32,12 +32,7 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "zero_shot")
 BACKBONE_POSITIONS = 128  # tiny_config's max_position_embeddings
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

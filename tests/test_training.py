@@ -96,12 +96,7 @@ def workspace(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def run_args(workspace: Path, output_dir: Path, **overrides) -> dict:

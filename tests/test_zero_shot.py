@@ -4,15 +4,14 @@ Tiny random backbones with a byte-level BPE tokenizer trained on the fixtures (t
 rows in the Hub schemas); one slow test on the real SmolLM2-135M.
 """
 
-import glob
 import math
 import os
 
 import datasets
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+from tiny_backbones import fixture_tokenizer
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from hmt_hf import HMTForCausalLM
 from hmt_hf.evaluation.zero_shot import (
@@ -42,13 +41,7 @@ VOCAB = 512
 SMALL_HMT = {"segment_length": 8, "sensory_memory_size": 3, "representation_length": 4, "num_memory_embeddings": 3}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run ~10x faster on one thread than on two threads of a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def fixture(name):
@@ -61,16 +54,7 @@ def rows(task_name):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    """A byte-level BPE (GPT-2 style: spaces attach to the next word) trained on the fixtures."""
-    texts = [open(path, encoding="utf-8").read() for path in sorted(glob.glob(os.path.join(FIXTURES, "*")))]
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    bpe.train_from_iterator(texts, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>")
+    return fixture_tokenizer(VOCAB)
 
 
 def tiny_backbone(model_type="llama", seed=0):
