@@ -222,14 +222,25 @@ def ablations(model, sample: torch.Tensor, loss: float | None = None) -> dict:
 
 @torch.no_grad()
 def memory_diagnostics(model, sample: torch.Tensor, per_sample: dict) -> dict:
-    """Per-segment losses of each model on `sample`, memory norms, the retrieval weights (normalized entropy, the
-    largest weight, how often it falls on the oldest cached memory), attention to 0/1."""
+    """Per-segment losses of each model on `sample`, memory norms, how alike the cached memory embeddings are (cosine
+    of consecutive ones, and of each later one with the first: memories that do not differ cannot be told apart by
+    the search), the retrieval weights (normalized entropy, the largest weight, how often it falls on the oldest cached
+    memory), attention to 0/1."""
     length = model.config.segment_length
     out = model(sample[None], labels=sample[None], output_retrieval_weights=True, logits_to_keep=1)
     searches = [w[0][w[0] > 0] for w in out.retrieval_weights or () if int((w[0] > 0).sum()) > 1]
     entropies = [float(-(w * w.log()).sum()) / math.log(len(w)) for w in searches]
     search = model.memory.memory_search
     segments = len(sample) // length
+    unit = torch.nn.functional.normalize(out.memory.memories[0].float(), dim=-1)  # (c, d), oldest first
+    similarity = (
+        {
+            "memory_cosine_consecutive_mean": round(float((unit[1:] * unit[:-1]).sum(-1).mean()), 4),
+            "memory_cosine_to_first_mean": round(float((unit[1:] @ unit[0]).mean()), 4),
+        }
+        if len(unit) > 1
+        else {}
+    )
     per_segment = {
         name: [round(math.exp(nlls[0][max(1, s * length) : (s + 1) * length].mean()), 2) for s in range(segments)]
         for name, nlls in per_sample.items()
@@ -238,6 +249,7 @@ def memory_diagnostics(model, sample: torch.Tensor, per_sample: dict) -> dict:
         "per_segment_perplexity": per_segment,
         "memory_embedding_norm_mean": round(out.memory.memories[0].norm(dim=-1).mean().item(), 2),
         "token_embedding_norm_mean": round(model.get_input_embeddings().weight.norm(dim=-1).mean().item(), 2),
+        **similarity,
         "retrieval_weight_entropy_normalized_mean": round(sum(entropies) / len(entropies), 4) if entropies else None,
         "retrieval_max_weight_mean": round(sum(float(w.max()) for w in searches) / len(searches), 4)
         if searches
@@ -341,7 +353,9 @@ def write_summary(document: dict, output: Path):
                 attention = found["attention_to_first_positions"]
                 lines += [
                     f"**{corpus}, {layout}**: memory-embedding norm {found['memory_embedding_norm_mean']} (token "
-                    f"embeddings {found['token_embedding_norm_mean']}); normalized retrieval-weight entropy "
+                    f"embeddings {found['token_embedding_norm_mean']}); cosine of consecutive memory embeddings "
+                    f"{found.get('memory_cosine_consecutive_mean')}, of later ones with the first "
+                    f"{found.get('memory_cosine_to_first_mean')}; normalized retrieval-weight entropy "
                     f"{found['retrieval_weight_entropy_normalized_mean']} (largest weight "
                     f"{found.get('retrieval_max_weight_mean')}, on the oldest memory in "
                     f"{found.get('retrieval_oldest_is_max_fraction')} of the searches; search temperature "
