@@ -304,7 +304,10 @@ def test_memory_diagnostics_describe_the_retrieval_and_the_memory_slot():
     assert 0 < found["retrieval_weight_entropy_normalized_mean"] <= 1
     assert 1 / 6 <= found["retrieval_max_weight_mean"] <= 1
     assert 0 <= found["retrieval_oldest_is_max_fraction"] <= 1
-    assert -1 <= found["memory_cosine_consecutive_mean"] < 1 and -1 <= found["memory_cosine_to_first_mean"] < 1
+    assert 0 < found["memory_spread"] < 2 and 0 < found["segment_last_token_spread"] < 2
+    assert -1 <= found["memory_key_cosine_consecutive_mean"] < 1 and -1 <= found["memory_cosine_to_first_mean"] < 1
+    same = torch.stack([model.memory.memory_search.initial_memory.detach()] * 4)
+    assert comparison.memory_similarity(model, sample, same)["memory_spread"] == 0
     assert found["search_temperature"] == pytest.approx(10.0)
     token_norm = model.get_input_embeddings().weight.norm(dim=-1).mean().item()
     assert found["memory_embedding_norm_mean"] == pytest.approx(token_norm, rel=0.2)

@@ -220,11 +220,36 @@ def ablations(model, sample: torch.Tensor, loss: float | None = None) -> dict:
     return result
 
 
+def _spread(vectors: torch.Tensor) -> float:
+    """Mean distance of `vectors` `(n, d)` from their mean, relative to their mean norm: 0 when all are equal."""
+    vectors = vectors.float()
+    return round(float((vectors - vectors.mean(0)).norm(dim=-1).mean() / vectors.norm(dim=-1).mean()), 4)
+
+
+@torch.no_grad()
+def memory_similarity(model, sample: torch.Tensor, memories: torch.Tensor) -> dict:
+    """How much the cached memory embeddings `memories` `(c, d)` (oldest first) of `sample` differ: their spread
+    around their mean (all but the first, which alone is built from the learned initial memory), the cosine of
+    consecutive keys `M W_k` (what the search compares), and the cosine of each later memory with the first. For scale,
+    the spread of the final hidden state at each segment's last token when the backbone reads the segment alone: what
+    a memory that summarized its segment could carry."""
+    length = model.config.segment_length
+    segments = len(sample) // length
+    keys = torch.nn.functional.normalize(model.memory.memory_search.key_proj(memories[1:]).float(), dim=-1)
+    unit = torch.nn.functional.normalize(memories.float(), dim=-1)
+    hidden = model.backbone.base_model(sample[: segments * length].view(segments, length)).last_hidden_state
+    return {
+        "memory_spread": _spread(memories[1:]),
+        "segment_last_token_spread": _spread(hidden[1:, -1]),
+        "memory_key_cosine_consecutive_mean": round(float((keys[1:] * keys[:-1]).sum(-1).mean()), 4),
+        "memory_cosine_to_first_mean": round(float((unit[1:] @ unit[0]).mean()), 4),
+    }
+
+
 @torch.no_grad()
 def memory_diagnostics(model, sample: torch.Tensor, per_sample: dict) -> dict:
-    """Per-segment losses of each model on `sample`, memory norms, how alike the cached memory embeddings are (cosine
-    of consecutive ones, and of each later one with the first: memories that do not differ cannot be told apart by
-    the search), the retrieval weights (normalized entropy, the largest weight, how often it falls on the oldest cached
+    """Per-segment losses of each model on `sample`, memory norms, how much the cached memory embeddings differ
+    ([`memory_similarity`]: memories that do not differ cannot be told apart by the search), the retrieval weights (normalized entropy, the largest weight, how often it falls on the oldest cached
     memory), attention to 0/1."""
     length = model.config.segment_length
     out = model(sample[None], labels=sample[None], output_retrieval_weights=True, logits_to_keep=1)
@@ -232,15 +257,7 @@ def memory_diagnostics(model, sample: torch.Tensor, per_sample: dict) -> dict:
     entropies = [float(-(w * w.log()).sum()) / math.log(len(w)) for w in searches]
     search = model.memory.memory_search
     segments = len(sample) // length
-    unit = torch.nn.functional.normalize(out.memory.memories[0].float(), dim=-1)  # (c, d), oldest first
-    similarity = (
-        {
-            "memory_cosine_consecutive_mean": round(float((unit[1:] * unit[:-1]).sum(-1).mean()), 4),
-            "memory_cosine_to_first_mean": round(float((unit[1:] @ unit[0]).mean()), 4),
-        }
-        if len(unit) > 1
-        else {}
-    )
+    similarity = memory_similarity(model, sample, out.memory.memories[0]) if segments > 2 else {}
     per_segment = {
         name: [round(math.exp(nlls[0][max(1, s * length) : (s + 1) * length].mean()), 2) for s in range(segments)]
         for name, nlls in per_sample.items()
@@ -353,10 +370,12 @@ def write_summary(document: dict, output: Path):
                 attention = found["attention_to_first_positions"]
                 lines += [
                     f"**{corpus}, {layout}**: memory-embedding norm {found['memory_embedding_norm_mean']} (token "
-                    f"embeddings {found['token_embedding_norm_mean']}); cosine of consecutive memory embeddings "
-                    f"{found.get('memory_cosine_consecutive_mean')}, of later ones with the first "
-                    f"{found.get('memory_cosine_to_first_mean')}; normalized retrieval-weight entropy "
-                    f"{found['retrieval_weight_entropy_normalized_mean']} (largest weight "
+                    f"embeddings {found['token_embedding_norm_mean']}); spread of the memory embeddings around "
+                    f"their mean {found.get('memory_spread')} of their norm (a segment's last-token state, backbone "
+                    f"alone: {found.get('segment_last_token_spread')}), cosine of consecutive search keys "
+                    f"{found.get('memory_key_cosine_consecutive_mean')}, of later memories with the first "
+                    f"{found.get('memory_cosine_to_first_mean')}; normalized retrieval-weight "
+                    f"entropy {found['retrieval_weight_entropy_normalized_mean']} (largest weight "
                     f"{found.get('retrieval_max_weight_mean')}, on the oldest memory in "
                     f"{found.get('retrieval_oldest_is_max_fraction')} of the searches; search temperature "
                     f"{found.get('search_temperature')}); attention of segment tokens on key "
