@@ -12,8 +12,8 @@ export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONPATH=.
 runs=${RUNS:-runs/books-cpu}
 report=${REPORT:-reports/books_cpu}
 steps=${STEPS:-120}
-[ -d data/books ] || hmt-hf prepare-data books --output-dir data/books
-[ -d data/wiki ] || hmt-hf prepare-data wiki --output-dir data/wiki
+[ -d data/books ] || hmt-hf prepare-data books --output_dir data/books
+[ -d data/wiki ] || hmt-hf prepare-data wiki --output_dir data/wiki
 seed() {  # copy CONTINUE_FROM's run: stage 1 without its checkpoints, stage 2's newest checkpoint
   [ -n "${CONTINUE_FROM:-}" ] && [ ! -e "$runs/$1/stage1/train_results.json" ] || return 0
   local checkpoint
