@@ -308,6 +308,7 @@ def test_memory_diagnostics_describe_the_retrieval_and_the_memory_slot():
     assert -1 <= found["memory_key_cosine_consecutive_mean"] < 1 and -1 <= found["memory_cosine_to_first_mean"] < 1
     same = torch.stack([model.memory.memory_search.initial_memory.detach()] * 4)
     assert comparison.memory_similarity(model, sample, same)["memory_spread"] == 0
+    assert comparison.memory_similarity(model, sample, same[:2]) == {}  # too few memories to compare
     assert found["search_temperature"] == pytest.approx(10.0)
     token_norm = model.get_input_embeddings().weight.norm(dim=-1).mean().item()
     assert found["memory_embedding_norm_mean"] == pytest.approx(token_norm, rel=0.2)

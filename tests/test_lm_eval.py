@@ -245,3 +245,12 @@ def test_unsupported_settings_are_refused(hmt, tokenizer):
         HMTLM(pretrained=hmt.backbone, tokenizer=tokenizer)
     with pytest.raises(ValueError, match="at least one"):
         ContinuationScorer(hmt, tokenizer, progress=False).score_encoded([([5, 6], [])])
+
+
+def test_an_empty_continuation_scores_zero_like_hflm(hmt, tokenizer):
+    lm = HMTLM(pretrained=hmt, tokenizer=tokenizer)
+    context = tokenizer("The cat sat on the mat.")["input_ids"]
+    empty, scored = lm._loglikelihood_tokens([(None, context, []), (None, context, context[:2])], disable_tqdm=True)
+    assert empty == (0.0, True)
+    expected = ContinuationScorer(hmt, tokenizer, progress=False).score_encoded([(context, context[:2])])[0]
+    assert scored == (expected.logprob, expected.is_greedy) and scored[0] < 0

@@ -262,6 +262,8 @@ def test_memory_learning_rate_applies_to_the_memory_parameters_only(tmp_path):
     assert sorted(set(trainer.lr_scheduler.get_last_lr())) == pytest.approx([5e-5, 1.5e-3])
     with pytest.raises(ValueError, match="memory_learning_rate"):
         HMTArguments(memory_learning_rate=0.0)
+    with pytest.raises(ValueError, match="memory_learning_rate"):
+        HMTTrainer(model=model, args=args, memory_learning_rate=-1e-3)
 
 
 def test_apply_stage_freezes_only_memory_search_parameters():

@@ -228,19 +228,22 @@ def _spread(vectors: torch.Tensor) -> float:
 
 @torch.no_grad()
 def memory_similarity(model, sample: torch.Tensor, memories: torch.Tensor) -> dict:
-    """How much the cached memory embeddings `memories` `(c, d)` (oldest first) of `sample` differ: their spread
-    around their mean (all but the first, which alone is built from the learned initial memory), the cosine of
-    consecutive keys `M W_k` (what the search compares), and the cosine of each later memory with the first. For scale,
-    the spread of the final hidden state at each segment's last token when the backbone reads the segment alone: what
-    a memory that summarized its segment could carry."""
-    length = model.config.segment_length
+    """How much the cached memory embeddings `memories` `(c, d)` of `sample` (oldest first, one per segment of the last
+    `c` segments) differ: their spread around their mean (all but the oldest, which, when the cache holds every
+    segment's memory, is the only one built from the learned initial memory), the cosine of consecutive keys `M W_k`
+    (what the search compares), and the cosine of each later memory with the oldest. For scale, the spread of the
+    final hidden state at the last token of the same segments when the backbone reads each segment alone: what a
+    memory that summarized its segment could carry. Empty when fewer than three memories are cached."""
+    length, cached = model.config.segment_length, memories.shape[0]
     segments = len(sample) // length
+    if cached < 3 or segments < cached:
+        return {}
     keys = torch.nn.functional.normalize(model.memory.memory_search.key_proj(memories[1:]).float(), dim=-1)
     unit = torch.nn.functional.normalize(memories.float(), dim=-1)
     hidden = model.backbone.base_model(sample[: segments * length].view(segments, length)).last_hidden_state
     return {
         "memory_spread": _spread(memories[1:]),
-        "segment_last_token_spread": _spread(hidden[1:, -1]),
+        "segment_last_token_spread": _spread(hidden[segments - cached + 1 :, -1]),
         "memory_key_cosine_consecutive_mean": round(float((keys[1:] * keys[:-1]).sum(-1).mean()), 4),
         "memory_cosine_to_first_mean": round(float((unit[1:] @ unit[0]).mean()), 4),
     }
@@ -257,7 +260,7 @@ def memory_diagnostics(model, sample: torch.Tensor, per_sample: dict) -> dict:
     entropies = [float(-(w * w.log()).sum()) / math.log(len(w)) for w in searches]
     search = model.memory.memory_search
     segments = len(sample) // length
-    similarity = memory_similarity(model, sample, out.memory.memories[0]) if segments > 2 else {}
+    similarity = memory_similarity(model, sample, out.memory.memories[0])
     per_segment = {
         name: [round(math.exp(nlls[0][max(1, s * length) : (s + 1) * length].mean()), 2) for s in range(segments)]
         for name, nlls in per_sample.items()

@@ -82,10 +82,13 @@ class HMTLM(HFLM):
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs: int | None = None):
         """`(log-likelihood, is_greedy)` of lm-eval's tokenised `(request, context_ids, continuation_ids)` triples."""
         self.scorer.progress = not disable_tqdm and self.rank == 0
-        scores = self.scorer.score_encoded([(context, continuation) for _, context, continuation in requests])
+        # An empty continuation has log-likelihood 0 and is trivially greedy (as in HFLM); the rest is scored.
+        scored = [(context, continuation) for _, context, continuation in requests if continuation]
+        scores = iter(self.scorer.score_encoded(scored) if scored else [])
         results = []
-        for (request, _, _), score in zip(requests, scores, strict=True):
-            answer = (score.logprob, score.is_greedy)
+        for request, _, continuation in requests:
+            score = next(scores) if continuation else None
+            answer = (score.logprob, score.is_greedy) if score is not None else (0.0, True)
             if request is not None:
                 self.cache_hook.add_partial("loglikelihood", request, answer)
             results.append(answer)

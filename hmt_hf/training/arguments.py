@@ -220,7 +220,8 @@ class HMTArguments(HMTModelArguments):
         metadata={
             "help": "Peak LR of the memory parameters HMT adds (T, W_q, W_k, initial memory, search temperature, "
             "memory gain); default: --learning_rate. They start from scratch, so a fine-tuning LR barely moves them. "
-            "The backbone keeps --learning_rate, so a chunked baseline trained with the same flags is unchanged."
+            "The backbone keeps --learning_rate, so a chunked baseline trained with the same flags is unchanged. Resume "
+            "a run with the setting it was started with (the optimizer state has a param group per setting)."
         },
     )
 

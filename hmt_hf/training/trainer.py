@@ -6,8 +6,11 @@ from __future__ import annotations
 import math
 
 from transformers import Trainer
+from transformers.utils import logging
 
 from .schedule import get_step_decay_schedule
+
+logger = logging.get_logger(__name__)
 
 
 class HMTTrainer(Trainer):
@@ -40,6 +43,8 @@ class HMTTrainer(Trainer):
         memory_learning_rate: float | None = None,
         **kwargs,
     ):
+        if memory_learning_rate is not None and not memory_learning_rate > 0:
+            raise ValueError(f"memory_learning_rate={memory_learning_rate} must be > 0 (or None).")
         self.memory_learning_rate = memory_learning_rate
         self.lr_decay_steps = lr_decay_steps
         self.lr_decay_gamma = lr_decay_gamma
@@ -79,6 +84,14 @@ class HMTTrainer(Trainer):
         hmt = self.accelerator.unwrap_model(self.model if model is None else model)
         hmt = hmt.get_base_model() if hasattr(hmt, "get_base_model") else hmt
         memory = {id(p) for p in hmt.memory.parameters()}
+        if not any(id(p) in memory for group in optimizer.param_groups for p in group["params"]):
+            if any(p.requires_grad for p in hmt.memory.parameters()):
+                logger.warning(
+                    "memory_learning_rate=%s is not applied: no memory parameter is in this optimizer's groups (a "
+                    "custom or layer-wise optimizer, or FSDP without use_orig_params).",
+                    self.memory_learning_rate,
+                )
+            return optimizer
         groups = list(optimizer.param_groups)
         optimizer.param_groups.clear()
         for group in groups:
