@@ -125,10 +125,9 @@ def run_reproduction(
 ) -> ResultLogger:
     """Run `config.experiments` and write the run directory; returns the [`ResultLogger`] (its `exp_dir`,
     `document`). Experiments that fail are recorded as failed (the others still run) unless `fail_fast`."""
-    from .experiments import ModelSet, Runner, check_protocols, load_corpus, resolve_experiments
+    from .experiments import ModelSet, Runner, load_corpus, resolve_experiments
 
     experiments = resolve_experiments(config.experiments)
-    check_protocols(config.protocols)
     if resume and run_dir is None:
         candidates = sorted(Path(output_dir).glob(f"{config.name}_*"))
         candidates = [c for c in candidates if (c / "metrics.json").exists()]

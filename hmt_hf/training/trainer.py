@@ -51,6 +51,11 @@ class HMTTrainer(Trainer):
         self.use_memory = use_memory
         super().__init__(*args, **kwargs)
 
+    def _unwrapped(self, model=None):
+        """The model itself (an `HMTForCausalLM` in an HMT run), out of accelerate's wrappers and PEFT."""
+        model = self.accelerator.unwrap_model(self.model if model is None else model)
+        return model.get_base_model() if hasattr(model, "get_base_model") else model
+
     def compute_loss(self, model, inputs, return_outputs: bool = False, **kwargs):
         if not self.use_memory:
             inputs = {**inputs, "use_memory": False}
@@ -62,8 +67,7 @@ class HMTTrainer(Trainer):
     def _get_num_items_in_batch(self, batch_samples: list, device):
         # Trainer counts every label; an HMT scoring only each window's last segment divides its summed loss by
         # this count, so count what it scores (then the logged loss is a mean and accumulation stays exact).
-        model = self.accelerator.unwrap_model(self.model)
-        model = model.get_base_model() if hasattr(model, "get_base_model") else model
+        model = self._unwrapped()
         if getattr(model.config, "loss_on_last_segment_only", False) and hasattr(model, "scored_targets"):
             batch_samples = [
                 {**batch, "shift_labels": model.scored_targets(batch["labels"], batch.get("attention_mask"))}
@@ -81,8 +85,7 @@ class HMTTrainer(Trainer):
         if self.optimizer is not None or self.memory_learning_rate is None:
             return super().create_optimizer(model)
         optimizer = super().create_optimizer(model)
-        hmt = self.accelerator.unwrap_model(self.model if model is None else model)
-        hmt = hmt.get_base_model() if hasattr(hmt, "get_base_model") else hmt
+        hmt = self._unwrapped(model)
         memory = {id(p) for p in hmt.memory.parameters()}
         if not any(id(p) in memory for group in optimizer.param_groups for p in group["params"]):
             if any(p.requires_grad for p in hmt.memory.parameters()):
@@ -118,8 +121,7 @@ class HMTTrainer(Trainer):
                           tasks=None, dataset_tags=None, dataset=None, dataset_args=None):  # fmt: skip
         """The HMT card of `hmt_hf.hub.create_model_card` (configuration, parameter overhead, this run's training
         budget and held-out perplexity as `model-index`) instead of Trainer's generic one; `push_to_hub` uploads it."""
-        model = self.accelerator.unwrap_model(self.model)
-        model = model.get_base_model() if hasattr(model, "get_base_model") else model
+        model = self._unwrapped()
         if not self.is_world_process_zero() or getattr(model.config, "model_type", None) != "hmt":
             return super().create_model_card(language, license, tags, model_name, finetuned_from, tasks,
                                              dataset_tags, dataset, dataset_args)  # fmt: skip

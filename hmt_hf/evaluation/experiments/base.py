@@ -18,7 +18,7 @@ from ..evaluator import (
     evaluate_scorer,
 )
 from ..results import ResultCache
-from ..scoring import PROTOCOLS, Scorer, make_samples, num_protocol_samples
+from ..scoring import Scorer, make_samples, num_protocol_samples
 from .models import QUALITY_METRICS, ModelSet
 
 
@@ -280,9 +280,3 @@ def load_corpus(config: ExperimentConfig, models: ModelSet) -> EvalCorpus:
         return EvalCorpus(ids, None, [0], f"random token ids (seed {config.seed})")
     texts, source = load_texts(config.dataset, config.data_dir)
     return EvalCorpus.from_texts(texts, models.tokenizer, max_tokens=needed, source=source)
-
-
-def check_protocols(protocols: Sequence[str]):
-    for protocol in protocols:
-        if protocol not in PROTOCOLS:
-            raise ValueError(f"protocol {protocol!r} is invalid: use {PROTOCOLS}.")
