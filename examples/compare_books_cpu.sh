@@ -5,7 +5,8 @@
 # Resumable: rerun after an interruption; finished stages are skipped, unfinished ones resume from their checkpoint.
 # STEPS sets the stage-2 steps (default 120); CONTINUE_FROM=DIR starts each model from DIR's run of it (stage 1 as
 # finished, stage 2 from its newest checkpoint), which equals an uninterrupted run since resuming is exact.
-# MEMORY_LR sets --memory_learning_rate (the memory parameters' LR; the chunked runs have none to train).
+# MEMORY_LR sets --memory_learning_rate (the memory parameters' LR; the chunked runs have none to train); HMT_FLAGS
+# adds flags to the HMT run only (e.g. "--memory_readout segment_mean").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONPATH=.
@@ -33,7 +34,7 @@ train() {  # name, extra flags: two runs at a time, one thread each
 }
 mkdir -p "$runs"
 # `wait PID` returns that run's status, so the script stops if a run fails.
-train hmt --method hmt & first=$!; train rmt --method rmt & second=$!; wait $first; wait $second
+train hmt --method hmt ${HMT_FLAGS:-} & first=$!; train rmt --method rmt & second=$!; wait $first; wait $second
 # L=1024 chunks: one segment per window, as many tokens per stage as the L=256 runs (stage 1: 30 x 1,024 = 60 x 512).
 train chunked --method chunked & first=$!
 train chunked-1024 --method chunked --segment_length 1024 --stage1_bptt_depth 1 --stage1_max_steps 30 --bptt_depth 1 &

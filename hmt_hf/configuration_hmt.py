@@ -14,6 +14,7 @@ from transformers.models.auto.modeling_auto import (
 )
 
 RETRIEVAL_MODES = ("paper", "causal")
+MEMORY_READOUTS = ("memory_slot", "segment_mean")
 
 
 class HMTConfig(PretrainedConfig):
@@ -85,6 +86,12 @@ class HMTConfig(PretrainedConfig):
             a learned temperature `τ` (starting at 10) instead of `Q Kᵀ / √d_h`, whose scores are so large that
             training makes the softmax one-hot. `False` is Eq. 3 and Eq. 5 exactly; with `attention_sink=False` too,
             the model is the paper's.
+        memory_readout (`str`, *optional*, defaults to `"memory_slot"`):
+            Where the memory embedding `M_n` is read. `"memory_slot"` is Eq. 5: the final hidden state at the trailing
+            memory slot, whose input is the retrieved memory `P_n` itself. `"segment_mean"`: the mean final hidden
+            state over the segment's tokens, so `M_n` depends on what the segment says rather than on its nearly
+            constant slot input (then normalized as `normalize_memory` says). Forward passes and training only:
+            `generate()` refuses it.
     """
 
     model_type = "hmt"
@@ -108,6 +115,7 @@ class HMTConfig(PretrainedConfig):
         attention_sink: bool = True,
         sink_token_id: int | None = None,
         normalize_memory: bool = True,
+        memory_readout: str = "memory_slot",
         **kwargs,
     ):
         if isinstance(text_config, dict):
@@ -134,6 +142,7 @@ class HMTConfig(PretrainedConfig):
         self.attention_sink = attention_sink
         self.sink_token_id = sink_token_id
         self.normalize_memory = normalize_memory
+        self.memory_readout = memory_readout
         # The base class pushes its attention implementation down to text_config: default it to the backbone's own.
         kwargs.setdefault("attn_implementation", getattr(text_config, "_attn_implementation", None))
         super().__init__(**kwargs)
@@ -198,6 +207,8 @@ class HMTConfig(PretrainedConfig):
         for name in ("attention_sink", "normalize_memory"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False.")
+        if self.memory_readout not in MEMORY_READOUTS:
+            raise ValueError(f"memory_readout={self.memory_readout!r} is invalid: use one of {MEMORY_READOUTS}.")
         if self.retrieval_mode not in RETRIEVAL_MODES:
             raise ValueError(f"retrieval_mode={self.retrieval_mode!r} is invalid: use one of {RETRIEVAL_MODES}.")
         check_backbone_config(self.text_config)

@@ -191,10 +191,12 @@ class MemoryEmbeddingGenerator(nn.Module):
         with_logits: bool = True,
         sink: torch.Tensor | None = None,
         normalized: bool = False,
+        readout: str = "memory_slot",
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """`retrieved` `(B, d)`, sensory `(B, k', d)`/`(B, k')`, segment `(B, L', d)`/`(B, L')` (valid prefix), the
-        sink embedding `(d,)` or None, `normalized` (see the class) → segment logits `(B, L', V)` (None if not
-        `with_logits`) and memory embeddings `M_n` `(B, d)`."""
+        sink embedding `(d,)` or None, `normalized` (see the class), `readout` (`"memory_slot"`: Eq. 5, the state at
+        the trailing `P`; `"segment_mean"`: the mean final state over the segment's tokens) → segment logits
+        `(B, L', V)` (None if not `with_logits`) and memory embeddings `M_n` `(B, d)`."""
         rows, seg_len = segment_mask.shape
         memory_slot = retrieved.unsqueeze(1)
         ones = segment_mask.new_ones(rows, 1)
@@ -211,7 +213,14 @@ class MemoryEmbeddingGenerator(nn.Module):
         keep = packed.shape[1] - int(first_token.min()) if with_logits else 1
         logits, hidden = run_backbone(backbone, packed, packed_mask, logits_to_keep=keep)
         row_index = torch.arange(rows, device=hidden.device)
-        new_memory = self.memory_embedding(hidden[row_index, lengths - 1], normalized)
+        if readout == "segment_mean":
+            position = torch.arange(hidden.shape[1], device=hidden.device)
+            tokens = (position >= first_token[:, None]) & (position < (lengths - 1)[:, None])
+            weights = tokens.to(hidden.dtype) / tokens.sum(1, keepdim=True).clamp(min=1).to(hidden.dtype)
+            state = torch.einsum("bp,bpd->bd", weights, hidden)
+        else:
+            state = hidden[row_index, lengths - 1]
+        new_memory = self.memory_embedding(state, normalized)
         if not with_logits:
             return None, new_memory
         start = first_token - (packed.shape[1] - keep)

@@ -202,6 +202,11 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
     def generate(self, inputs=None, generation_config=None, **kwargs):
         """`GenerationMixin.generate` with rolling memory: prompts of any length, greedy, sampling, beam search.
         Features HMT cannot honour are refused with a message instead of silently changing the result."""
+        if self.config.memory_readout != "memory_slot":
+            raise ValueError(
+                f"memory_readout={self.config.memory_readout!r} is not supported by generate() (its segments close one "
+                "token at a time, without the segment's states); use memory_readout='memory_slot'."
+            )
         for feature in ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit"):
             if kwargs.get(feature) is not None:
                 raise ValueError(f"{feature} (assisted decoding) is not supported by HMT: memory cannot be rewound.")
@@ -371,6 +376,7 @@ class HMTForCausalLM(HMTPreTrainedModel, GenerationMixin):
                     with_logits,
                     sink=self.sink_embedding(),
                     normalized=config.normalize_memory,
+                    readout=config.memory_readout,
                 )
                 segment_lengths = segment_mask.sum(1)
                 state = state.push(new_memory, segment_lengths > 0, config.num_memory_embeddings)

@@ -54,6 +54,8 @@ def reference_hmt_logits(model, ids):
         first = len(sink) + 1 + len(sensory)
         logits.append(out.logits[0, first : first + len(segment)])
         new = out.hidden_states[-1][0, -1]  # Eq. 5
+        if config.memory_readout == "segment_mean":  # the mean final state over the segment's tokens
+            new = out.hidden_states[-1][0, first : first + len(segment)].mean(0)
         if config.normalize_memory:  # g ⊙ h / rms(h)
             new = memory.memory_embedding_generator.memory_gain * new / new.pow(2).mean().add(1e-6).sqrt()
         cache = (cache + [new])[-capacity:]  # FIFO of N
@@ -73,6 +75,8 @@ def reference_hmt_logits(model, ids):
         {"use_sensory_memory": False},
         {"use_memory_search": False, "use_sensory_memory": False},  # RMT
         {"sensory_memory_size": 0, "representation_length": 8, "num_memory_embeddings": 1},
+        {"memory_readout": "segment_mean"},
+        {"memory_readout": "segment_mean", "use_memory_search": False, "attention_sink": False},
     ],
 )
 @pytest.mark.parametrize("model_type", ["llama", "opt"])
@@ -298,3 +302,19 @@ def test_hmt_field_lists_derive_from_hmt_config():
         "sink_token_id",
     }
     assert set(OVERRIDABLE_FIELDS) <= set(HMT_FIELDS)
+
+
+@torch.no_grad()
+def test_segment_mean_readout_is_padding_invariant_and_generate_refuses_it():
+    model = make_hmt("llama", memory_readout="segment_mean")
+    ids = torch.randint(3, 128, (2, 45), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[1, :9] = 0  # left padding: row 1 is its last 36 tokens
+    batched, alone = model(ids, attention_mask=mask), model(ids[1:, 9:])
+    torch.testing.assert_close(batched.logits[1, 9:], alone.logits[0], atol=1e-5, rtol=0)
+    cached = int(alone.memory.memory_mask[0].sum())
+    torch.testing.assert_close(batched.memory.memories[1, -cached:], alone.memory.memories[0, -cached:])
+    with pytest.raises(ValueError, match="memory_readout='segment_mean' is not supported by generate"):
+        model.generate(ids[:1, :5], max_new_tokens=2)
+    with pytest.raises(ValueError, match="memory_readout='last' is invalid"):
+        HMTConfig(memory_readout="last").validate_hmt()

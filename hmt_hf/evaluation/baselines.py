@@ -26,6 +26,7 @@ from .scoring import Scorer, TokenScores, Workload, record_logits
 OVERRIDABLE_FIELDS = (
     "attention_sink",
     "normalize_memory",
+    "memory_readout",
     "use_memory_search",
     "use_sensory_memory",
     "sensory_memory_size",

@@ -163,6 +163,14 @@ class HMTModelArguments:
         },
     )
 
+    memory_readout: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where M_n is read: memory_slot (Eq. 5, the default) or segment_mean (the segment's mean state).",
+            "choices": ("memory_slot", "segment_mean"),
+        },
+    )
+
     def hmt_fields(self) -> dict:
         """The HMTConfig fields given on the command line (unset ones are left out)."""
         return {f.name: getattr(self, f.name) for f in fields(HMTModelArguments) if getattr(self, f.name) is not None}
