@@ -314,6 +314,7 @@ def test_memory_diagnostics_describe_the_retrieval_and_the_memory_slot():
     assert found["memory_embedding_norm_mean"] == pytest.approx(token_norm, rel=0.2)
     attention = found["attention_to_first_positions"]
     assert 0 < attention["hmt"]["position_1"] < 1 and len(found["per_segment_perplexity"]["chunked"]) == 6
+    assert 0 < attention["hmt"]["sensory_token_mean"] < 1
     ablated = found["perplexity_ablations"]  # each ablation changes the prediction; the model is left as it was
     assert len({ablated["as_trained"], ablated["memory_slot_zeroed"], ablated["no_sensory_memory"]}) == 3
     assert comparison.ablations(model, sample)["as_trained"] == ablated["as_trained"]

@@ -165,7 +165,8 @@ def per_position(per_sample: dict[str, list[torch.Tensor]], segment_length: int,
 @torch.no_grad()
 def attention_to_first_positions(model, sample: torch.Tensor, segment: int) -> dict:
     """Mean attention (over layers, heads and the segment's token queries) on key positions 0 and 1 when segment
-    `segment` is decoded: by the chunked backbone, and in the HMT's layout with its real memory embedding."""
+    `segment` is decoded: by the chunked backbone, and in the HMT's layout with its real memory embedding. For scale,
+    the HMT layout also gives the mean attention on one sensory-memory token (what a real token there receives)."""
     length, config = model.config.segment_length, model.config
     backbone, embed = model.backbone, model.get_input_embeddings()
     state = model(sample[None, : segment * length], logits_to_keep=1).memory
@@ -190,6 +191,9 @@ def attention_to_first_positions(model, sample: torch.Tensor, segment: int) -> d
                 "position_1": round(attention[..., 1].mean().item(), 4),
                 "input_norm_position_0": round(inputs[0].norm().item(), 2),
             }
+            if name == "hmt" and len(sensory):
+                sensory_keys = attention[..., first_token - len(sensory) : first_token]
+                result[name]["sensory_token_mean"] = round(sensory_keys.mean().item(), 4)
         return result
     finally:
         backbone.set_attn_implementation(previous)
@@ -385,7 +389,8 @@ def write_summary(document: dict, output: Path):
                     f"positions 0 / 1: chunked {attention['chunked']['position_0']} / "
                     f"{attention['chunked']['position_1']}, HMT {attention['hmt']['position_0']} / "
                     f"{attention['hmt']['position_1']} (input norm at position 0: "
-                    f"{attention['hmt']['input_norm_position_0']}).",
+                    f"{attention['hmt']['input_norm_position_0']}; one sensory-memory token gets "
+                    f"{attention['hmt'].get('sensory_token_mean')}).",
                     "",
                 ]
                 if "perplexity_ablations" in found:
