@@ -25,8 +25,8 @@ from transformers import AutoModelForCausalLM
 
 from hmt_hf import HMTForCausalLM
 from hmt_hf.evaluation import HMTScorer
-from hmt_hf.evaluation.lm_eval_backend import HMTLM, main
-from hmt_hf.evaluation.zero_shot import ContinuationScorer, evaluate_multiple_choice, get_task
+from hmt_hf.evaluation.lm_eval_backend import HMTLM, ScorerLM, lm_for, main
+from hmt_hf.evaluation.zero_shot import ContinuationScorer, get_task
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "zero_shot")
 BACKBONE_POSITIONS = 128  # tiny_config's max_position_embeddings
@@ -107,9 +107,33 @@ def evaluate(model, task_manager, task, **kwargs):
 
 @pytest.fixture(scope="module")
 def package_mc(hmt, tokenizer):
-    """The package's own multiple-choice evaluation: one row at a time, every candidate from scratch."""
+    """The package's own scorer, one row at a time, every candidate from scratch; accuracies by hand."""
     scorer = ContinuationScorer(hmt, tokenizer, batch_size=1, share_context_memory=False, progress=False)
-    return evaluate_multiple_choice(scorer, get_task("piqa"), MC_ROWS, return_predictions=True)
+    predictions = []
+    for index, row in enumerate(MC_ROWS):
+        example = get_task("piqa").build(row, index)
+        scores = scorer.score([(example.context, " " + choice) for choice in example.choices])
+        predictions.append(
+            {
+                "label": example.label,
+                "logprobs": [score.logprob for score in scores],
+                "is_greedy": [score.is_greedy for score in scores],
+                "chars": [len(choice) for choice in example.choices],
+            }
+        )
+
+    def accuracy(divisors):
+        hits = [
+            max(range(len(p["logprobs"])), key=lambda i: p["logprobs"][i] / divisors(p)[i]) == p["label"]
+            for p in predictions
+        ]
+        return sum(hits) / len(hits)
+
+    return {
+        "predictions": predictions,
+        "acc": accuracy(lambda p: [1] * len(p["logprobs"])),
+        "acc_norm": accuracy(lambda p: p["chars"]),
+    }
 
 
 @torch.no_grad()
@@ -254,3 +278,38 @@ def test_an_empty_continuation_scores_zero_like_hflm(hmt, tokenizer):
     assert empty == (0.0, True)
     expected = ContinuationScorer(hmt, tokenizer, progress=False).score_encoded([(context, context[:2])])[0]
     assert scored == (expected.logprob, expected.is_greedy) and scored[0] < 0
+
+
+def test_lm_for_picks_the_backend_of_a_loaded_model(hmt, tokenizer):
+    """HMT → HMTLM, a transformers LM → lm-eval's HFLM, the rest (baselines, options those lack) → ScorerLM."""
+    from hmt_hf.evaluation.baselines import VanillaTransformer
+
+    vanilla = VanillaTransformer(hmt.backbone, max_length=64)
+    picks = {
+        "hmt": lm_for(hmt, tokenizer),
+        "hmt_without_memory": lm_for(hmt, tokenizer, model_kwargs={"use_memory": False}),
+        "backbone": lm_for(hmt.backbone, tokenizer),
+        "hmt_cut": lm_for(hmt, tokenizer, max_length=64),
+        "backbone_kwargs": lm_for(hmt.backbone, tokenizer, model_kwargs={"use_cache": False}),
+        "baseline": lm_for(vanilla, tokenizer),
+    }
+    assert {name: type(lm).__name__ for name, lm in picks.items()} == {
+        "hmt": "HMTLM",
+        "hmt_without_memory": "HMTLM",
+        "backbone": "HFLM",
+        "hmt_cut": "ScorerLM",
+        "backbone_kwargs": "ScorerLM",
+        "baseline": "ScorerLM",
+    }
+    assert picks["hmt_without_memory"].scorer.model_kwargs == {"use_memory": False}
+    assert picks["backbone"].max_length == BACKBONE_POSITIONS and picks["hmt_cut"].max_length == 64
+    with pytest.raises(ValueError, match="batch_size=0 must be an int >= 1"):
+        lm_for(hmt, tokenizer, batch_size=0)
+    with pytest.raises(ValueError, match="max_length=1 must be 'model', None or an int >= 2"):
+        lm_for(hmt, tokenizer, max_length=1)
+    scorer_lm = picks["baseline"]
+    assert isinstance(scorer_lm, ScorerLM)
+    with pytest.raises(NotImplementedError, match="loglikelihood requests only"):
+        scorer_lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, ("text",), 0)])
+    with pytest.raises(NotImplementedError, match="loglikelihood requests only"):
+        scorer_lm.generate_until([Instance("generate_until", {}, ("text", {}), 0)])

@@ -271,7 +271,8 @@ def test_acc_and_acc_norm_disagree_on_a_long_correct_choice(tokenizer, backbone)
         short, long = prediction["logprobs"]
         assert short > long  # the sum prefers "no" ...
         assert short / 2 < long / len("yes yes yes yes yes yes yes yes")  # ... per character the long choice wins
-        assert (prediction["prediction_acc"], prediction["prediction_acc_norm"]) == (0, 1)
+        # Gold is the long choice (label 1 of 2): a hit (1.0) under a normalisation means it predicted choice 1.
+        assert prediction["label"] == 1 and (prediction["acc"], prediction["acc_norm"]) == (0.0, 1.0)
     assert (details["acc"], details["acc_norm"], details["acc_per_byte"]) == (0.0, 1.0, 1.0)
     assert details["chance"] == 0.5
 
@@ -299,13 +300,78 @@ def test_run_zero_shot_reports_every_task_and_the_average(tokenizer, backbone):
     average = sum(result["tasks"][kind]["acc"] for kind in SMALLBENCH) / 4
     assert result["metrics"]["zero_shot/average/acc"]["value"] == pytest.approx(average)
     assert result["settings"]["model"] == "LlamaForCausalLM" and result["settings"]["max_length"] == 1024
+    assert all(result["tasks"][kind]["truncated_requests"] == 0 for kind in SMALLBENCH)
+    # A plain model under a short limit loses context, and the result says how many requests did (HMT never does).
+    short = run_zero_shot(backbone, tokenizer, ["qa"], data={"qa": data["qa"]}, max_length=12, progress=False)
+    assert 0 < short["tasks"]["qa"]["truncated_requests"] <= short["tasks"]["qa"]["num_requests"]
 
 
 def test_run_zero_shot_on_hmt_records_the_retrieval_mode_and_limit(tokenizer, hmt):
     result = run_zero_shot(hmt, tokenizer, ["piqa"], data={"piqa": fixture("piqa.jsonl")}, limit=2, progress=False)
     assert result["tasks"]["piqa"]["num_examples"] == 2 and result["tasks"]["piqa"]["rows_available"] == 3
+    assert result["tasks"]["piqa"]["truncated_requests"] == 0
     settings = result["settings"]
     assert (settings["retrieval_mode"], settings["segment_length"], settings["use_memory"]) == ("paper", 8, True)
+
+
+def _first_argmax(values):
+    return max(range(len(values)), key=lambda i: (values[i], -i))
+
+
+@pytest.mark.parametrize("kind", ["hmt", "hmt_without_memory", "backbone", "baseline"])
+def test_run_zero_shot_through_lm_eval_gives_the_package_scorer_numbers(tokenizer, hmt, backbone, kind):
+    """run_zero_shot evaluates with lm-eval (each model through its backend); every candidate's log-likelihood and
+    every accuracy equal the package's own `ContinuationScorer` over the same requests (bit for bit where the
+    backend is the scorer itself, i.e. HMT and baselines; within float rounding for lm-eval's HFLM)."""
+    from hmt_hf.evaluation.baselines import VanillaTransformer
+
+    model, options, backend = {
+        "hmt": (hmt, {}, "HMTLM"),
+        "hmt_without_memory": (hmt, {"model_kwargs": {"use_memory": False}}, "HMTLM"),
+        "backbone": (backbone, {}, "HFLM"),
+        "baseline": (VanillaTransformer(backbone, max_length=40, truncation_strategy="tail"), {}, "ScorerLM"),
+    }[kind]
+    names = ("piqa", "arc_easy")
+    result = run_zero_shot(
+        model,
+        tokenizer,
+        list(names),
+        data={name: fixture(FILES[name]) for name in names},
+        batch_size=3,
+        return_predictions=True,
+        progress=False,
+        **options,
+    )
+    assert result["settings"]["lm_eval_model"] == backend
+
+    examples = {name: [get_task(name).build(row, i) for i, row in enumerate(rows(name))] for name in names}
+    requests = [(e.context, " " + c) for name in names for e in examples[name] for c in e.choices]
+    scores = iter(ContinuationScorer(model, tokenizer, batch_size=3, progress=False, **options).score(requests))
+    exact = kind != "backbone"
+    for name in names:
+        details, hits = result["tasks"][name], {"acc": [], "acc_norm": [], "acc_per_token": [], "acc_per_byte": []}
+        for example, prediction in zip(examples[name], details["predictions"], strict=True):
+            expected = [next(scores) for _ in example.choices]
+            logprobs = [score.logprob for score in expected]
+            if exact:
+                assert prediction["logprobs"] == logprobs
+            else:
+                assert prediction["logprobs"] == pytest.approx(logprobs, abs=1e-5)
+            assert prediction["num_tokens"] == [score.num_tokens for score in expected]
+            assert prediction["is_greedy"] == [score.is_greedy for score in expected]
+            divisors = {
+                "acc": [1] * len(example.choices),
+                "acc_norm": [len(choice) for choice in example.choices],
+                "acc_per_token": [score.num_tokens for score in expected],
+                "acc_per_byte": [len(choice.encode("utf-8")) for choice in example.choices],
+            }
+            for metric, divisor in divisors.items():
+                hit = float(_first_argmax([lp / d for lp, d in zip(logprobs, divisor)]) == example.label)
+                assert prediction[metric] == hit
+                hits[metric].append(hit)
+        for metric, values in hits.items():
+            assert details[metric] == pytest.approx(sum(values) / len(values), abs=1e-12)
+            assert result["metrics"][f"zero_shot/{name}/{metric}"]["value"] == details[metric]
 
 
 def test_records_are_result_logger_arguments(tokenizer, hmt, tmp_path):

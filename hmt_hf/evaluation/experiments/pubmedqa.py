@@ -1,4 +1,4 @@
-"""PubMedQA with fused contexts (Figs. 5-6), through `hmt_hf.evaluation.zero_shot`."""
+"""PubMedQA with fused contexts (Figs. 5-6), through `hmt_hf.evaluation.zero_shot` (on lm-evaluation-harness)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from .base import ExperimentResult, metric_record
 
 def run_pubmedqa(config, models, data, runner) -> ExperimentResult:
     """Figs. 5-6 through `hmt_hf.evaluation.zero_shot.run_pubmedqa` (long-answer PPL, short-answer accuracy with
-    2..10 fused contexts) for the HMT and its backbone. Needs PubMedQA offline: `config.pubmedqa_data`."""
-    if importlib.util.find_spec("hmt_hf.evaluation.zero_shot") is None:
-        return ExperimentResult.skipped("hmt_hf.evaluation.zero_shot is not available in this installation")
+    2..10 fused contexts) for the HMT and its backbone. Needs lm-evaluation-harness and PubMedQA offline:
+    `config.pubmedqa_data`."""
+    if importlib.util.find_spec("lm_eval") is None:
+        return ExperimentResult.skipped("needs lm-evaluation-harness: pip install 'hmt_hf[lm_eval]'")
     data_path = config.pubmedqa_data
     if not data_path:
         return ExperimentResult.skipped("needs PubMedQA as a local file (offline): --pubmedqa-data PATH (json/jsonl)")

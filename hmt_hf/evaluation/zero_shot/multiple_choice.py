@@ -1,4 +1,4 @@
-"""Zero-shot multiple choice: predictions under each normalisation, accuracies, and `run_zero_shot`."""
+"""Zero-shot multiple choice through lm-evaluation-harness: `run_zero_shot`."""
 
 from __future__ import annotations
 
@@ -6,102 +6,19 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 
-from .scorer import ContinuationScore, ContinuationScorer, underlying_model
-from .tasks import DataSource, MultipleChoiceExample, MultipleChoiceTask, expand_tasks, load_task_dataset
+from .tasks import DataSource, MultipleChoiceTask, expand_tasks, load_task_dataset
 
 logger = logging.getLogger(__name__)
 
-# ---------------------------------------------------------------------------------------------------- multiple choice
+# Reported accuracies: the choice predicted is the argmax (first on ties) of ...
 NORMALISATIONS = {
-    "acc": "sum of log-likelihoods",
+    "acc": "sum of log-likelihoods (lm-eval acc)",
     "acc_norm": "log-likelihood per character of the choice (lm-eval acc_norm)",
-    "acc_per_token": "log-likelihood per token",
-    "acc_per_byte": "log-likelihood per UTF-8 byte of the choice",
+    "acc_per_token": "log-likelihood per token of the choice (harness.ChoiceTask's addition to lm-eval)",
+    "acc_per_byte": "log-likelihood per UTF-8 byte of the choice (lm-eval acc_bytes)",
 }
-
-
-def choose(example: MultipleChoiceExample, scores: Sequence[ContinuationScore]) -> dict[str, int]:
-    """The predicted choice index under every normalisation (argmax, first on ties)."""
-    divisors = {
-        "acc": [1.0] * len(scores),
-        "acc_norm": [len(choice) for choice in example.choices],
-        "acc_per_token": [score.num_tokens for score in scores],
-        "acc_per_byte": [len(choice.encode("utf-8")) for choice in example.choices],
-    }
-    predictions = {}
-    for metric, divisor in divisors.items():
-        values = [score.logprob / d for score, d in zip(scores, divisor)]
-        predictions[metric] = max(range(len(values)), key=lambda i: (values[i], -i))
-    return predictions
-
-
-def evaluate_multiple_choice(
-    scorer: ContinuationScorer, task: MultipleChoiceTask, rows, *, return_predictions: bool = False
-) -> dict:
-    """Accuracy of `scorer`'s model on `task` over `rows` (an iterable of dataset rows)."""
-    examples = [task.build(row, index) for index, row in enumerate(rows)]
-    if not examples:
-        raise ValueError(f"Task {task.name!r}: the dataset has no rows.")
-    requests = [
-        (example.context, task.target_delimiter + choice) for example in examples for choice in example.choices
-    ]
-    scores = scorer.score(requests, desc=task.name)
-    correct = {metric: 0 for metric in NORMALISATIONS}
-    predictions, position = [], 0
-    for example in examples:
-        example_scores = scores[position : position + len(example.choices)]
-        position += len(example.choices)
-        chosen = choose(example, example_scores)
-        for metric, index in chosen.items():
-            correct[metric] += index == example.label
-        if return_predictions:
-            predictions.append(
-                {
-                    "index": example.index,
-                    "label": example.label,
-                    **{f"prediction_{metric}": index for metric, index in chosen.items()},
-                    "logprobs": [score.logprob for score in example_scores],
-                    "num_tokens": [score.num_tokens for score in example_scores],
-                    "is_greedy": [score.is_greedy for score in example_scores],
-                }
-            )
-    total = len(examples)
-    result = {metric: correct[metric] / total for metric in NORMALISATIONS}
-    result.update(
-        chance=sum(1 / len(example.choices) for example in examples) / total,
-        num_examples=total,
-        num_requests=len(requests),
-        truncated_requests=sum(score.truncated_tokens > 0 for score in scores),
-    )
-    if return_predictions:
-        result["predictions"] = predictions
-    return result
-
-
-def scorer_settings(scorer: ContinuationScorer) -> dict:
-    model = scorer.model if scorer.token_scorer else underlying_model(scorer.model)
-    config = getattr(model, "config", None)
-    settings = {
-        "model": getattr(model, "name", None) if scorer.token_scorer else type(model).__name__,
-        "batch_size": scorer.batch_size,
-        "max_length": scorer.max_length,
-        "prepend_bos": scorer.prepend_bos,
-        "model_kwargs": {k: repr(v) for k, v in scorer.model_kwargs.items()},
-        "scoring": "sum log p(continuation | context) over one forward pass of context+continuation; continuation "
-        "tokens = encode(context+continuation)[len(encode(context)):] (lm-eval)",
-    }
-    if scorer.token_scorer and hasattr(model, "describe"):
-        settings["scorer"] = model.describe()
-    if scorer.segment_length is not None:
-        settings.update(
-            retrieval_mode=getattr(config, "retrieval_mode", None),
-            segment_length=scorer.segment_length,
-            use_memory=scorer.model_kwargs.get("use_memory", True),
-            use_memory_search=getattr(config, "use_memory_search", None),
-            use_sensory_memory=getattr(config, "use_sensory_memory", None),
-            share_context_memory=scorer.share_context_memory,
-        )
-    return settings
+# The lm-eval metric (of `harness.ChoiceTask`) each is read from.
+LM_EVAL_METRICS = {"acc": "acc", "acc_norm": "acc_norm", "acc_per_token": "acc_per_token", "acc_per_byte": "acc_bytes"}
 
 
 def run_zero_shot(
@@ -121,7 +38,12 @@ def run_zero_shot(
     return_predictions: bool = False,
     progress: bool = True,
 ) -> dict:
-    """Zero-shot multiple-choice accuracy by log-likelihood on each task.
+    """Zero-shot multiple-choice accuracy by log-likelihood on each task, evaluated by lm-evaluation-harness.
+
+    Each task's rows are built into questions by its spec (context, choices, gold index) and evaluated by
+    `lm_eval.evaluator.evaluate` as an in-memory `multiple_choice` task ([`harness.ChoiceTask`]) with the model's
+    lm-eval backend ([`lm_for`]: `HMTLM` for HMT, lm-eval's `HFLM` for a transformers causal LM, `ScorerLM` for a
+    baseline `Scorer` or another module).
 
     Args:
         model, tokenizer: any causal LM (HMT, its backbone, a baseline) and its tokenizer.
@@ -130,16 +52,16 @@ def run_zero_shot(
         data: `{task name: local file(s) or datasets.Dataset}`; tasks not listed load their Hub dataset.
         split: Hub split for every task (default: each task's own, e.g. "validation").
         limit: score only the first `limit` rows of each task (recorded in the result).
-        batch_size, max_length, prepend_bos, share_context_memory, model_kwargs, progress: see
-            [`ContinuationScorer`].
+        batch_size, max_length, prepend_bos, share_context_memory, model_kwargs, progress: see [`lm_for`].
         metric_prefix: first part of the metric names.
-        return_predictions: also return per-example log-likelihoods and predictions.
+        return_predictions: also return per-example log-likelihoods, token counts and hits.
 
     Returns:
         `{"metrics": {"zero_shot/<task>/<acc|acc_norm|acc_per_token|acc_per_byte|chance>": {"value", "unit"},
         "zero_shot/average/<...>": ...}, "records": [...], "tasks": {<task>: {metrics, num_examples, dataset,
-        template, ...}}, "settings": {...}}`. Accuracies are fractions in [0, 1]. Each of `records` holds the
-        arguments of `ResultLogger.log_metric` but the model name: `logger.log_metric(model="HMT", **record)`.
+        template, ...}}, "settings": {...}}`. Accuracies are fractions in [0, 1]; `chance` is the mean of
+        1 / number of choices. Each of `records` holds the arguments of `ResultLogger.log_metric` but the model name:
+        `logger.log_metric(model="HMT", **record)`.
     """
     specs = expand_tasks(tasks)
     data = dict(data or {})
@@ -148,22 +70,12 @@ def run_zero_shot(
         raise ValueError(f"data names tasks that are not being run: {unknown} (tasks: {[s.name for s in specs]}).")
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit={limit!r} must be None or an int >= 1.")
-    scorer = ContinuationScorer(
-        model,
-        tokenizer,
-        batch_size=batch_size,
-        max_length=max_length,
-        prepend_bos=prepend_bos,
-        share_context_memory=share_context_memory,
-        model_kwargs=model_kwargs,
-        progress=progress,
-    )
-    settings = scorer_settings(scorer)
-    results = {"metrics": {}, "records": [], "tasks": {}, "settings": settings}
+    details, docs = {}, {}
     for spec in specs:
         task_split = split or spec.split
+        source = data.get(spec.name)
         rows = load_task_dataset(
-            data.get(spec.name),
+            source,
             hub_path=spec.dataset_path,
             hub_name=spec.dataset_name,
             split=task_split,
@@ -172,15 +84,49 @@ def run_zero_shot(
         available = len(rows)
         if limit is not None:
             rows = rows.select(range(min(limit, available))) if hasattr(rows, "select") else list(rows)[:limit]
-        outcome = evaluate_multiple_choice(scorer, spec, rows, return_predictions=return_predictions)
-        source = data.get(spec.name)
-        outcome.update(
-            dataset=spec.hub_id + f":{task_split}" if source is None else _describe_source(source),
-            rows_available=available,
-            limit=limit,
-            context_template=spec.context_template,
-            target_delimiter=spec.target_delimiter,
+        examples = [spec.build(row, index) for index, row in enumerate(rows)]
+        if not examples:
+            raise ValueError(f"Task {spec.name!r}: the dataset has no rows.")
+        docs[spec.name] = [vars(example) for example in examples]
+        details[spec.name] = {
+            "chance": sum(1 / len(example.choices) for example in examples) / len(examples),
+            "num_examples": len(examples),
+            "num_requests": sum(len(example.choices) for example in examples),
+            "dataset": spec.hub_id + f":{task_split}" if source is None else _describe_source(source),
+            "rows_available": available,
+            "limit": limit,
+            "context_template": spec.context_template,
+            "target_delimiter": spec.target_delimiter,
+        }
+
+    from ..lm_eval_backend import lm_for
+    from .harness import ChoiceTask, evaluate_tasks, lm_settings, training_mode_kept, truncated_requests
+
+    with training_mode_kept(model):
+        lm = lm_for(
+            model,
+            tokenizer,
+            batch_size=batch_size,
+            max_length=max_length,
+            prepend_bos=prepend_bos,
+            share_context_memory=share_context_memory,
+            model_kwargs=model_kwargs,
+            progress=progress,
         )
+        harness_tasks = [ChoiceTask(spec.name, docs[spec.name], lm, spec.target_delimiter) for spec in specs]
+        outcomes = evaluate_tasks(lm, harness_tasks)
+    settings = lm_settings(lm)
+    results = {"metrics": {}, "records": [], "tasks": {}, "settings": settings}
+    for spec, task in zip(specs, harness_tasks):
+        metrics, samples = outcomes[spec.name]
+        outcome = {metric: metrics[name] for metric, name in LM_EVAL_METRICS.items()}
+        outcome.update(details[spec.name])
+        outcome["truncated_requests"] = truncated_requests(
+            lm,
+            [(doc["context"], spec.target_delimiter + choice) for doc in docs[spec.name] for choice in doc["choices"]],
+        )
+        if return_predictions:
+            outcome["predictions"] = [_prediction(task, sample) for sample in samples]
         results["tasks"][spec.name] = outcome
         for metric in (*NORMALISATIONS, "chance"):
             add_metric(
@@ -207,6 +153,20 @@ def run_zero_shot(
                 note="unweighted mean over tasks: " + ", ".join(spec.name for spec in specs),
             )
     return results
+
+
+def _prediction(task, sample: dict) -> dict:
+    """One question's lm-eval sample as a record: per-choice log-likelihoods, token counts, greediness, and whether
+    each normalisation got it right (1.0 / 0.0)."""
+    doc = sample["doc"]
+    return {
+        "index": doc["index"],
+        "label": doc["label"],
+        **{metric: sample[name] for metric, name in LM_EVAL_METRICS.items()},
+        "logprobs": [logprob for logprob, _ in sample["filtered_resps"]],
+        "num_tokens": task.choice_tokens(doc),
+        "is_greedy": [bool(greedy) for _, greedy in sample["filtered_resps"]],
+    }
 
 
 def add_metric(results: dict, experiment: str, metric: str, value: float, unit: str, **fields):

@@ -10,9 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .multiple_choice import NORMALISATIONS, add_metric, choose, scorer_settings
-from .scorer import ContinuationScorer
-from .tasks import DataSource, MultipleChoiceExample, load_task_dataset
+from .multiple_choice import LM_EVAL_METRICS, add_metric
+from .tasks import DataSource, load_task_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -147,12 +146,15 @@ def run_pubmedqa(
     return_predictions: bool = False,
     progress: bool = True,
 ) -> dict:
-    """PubMedQA with fused contexts (paper Figs. 5-6): long-answer perplexity and short-answer accuracy.
+    """PubMedQA with fused contexts (paper Figs. 5-6): long-answer perplexity and short-answer accuracy, evaluated by
+    lm-evaluation-harness.
 
     Every question is asked after `num_contexts` abstracts (its own and those of other rows, see
-    [`fuse_contexts`]) in one long prompt. The long answer is scored as the continuation `" " + long_answer`
-    (perplexity over its tokens, pooled over all questions: `exp(sum NLL / sum tokens)`); the short answer is a
-    multiple choice over `" yes"`, `" no"`, `" maybe"` after the same prompt.
+    [`fuse_contexts`]) in one long prompt. For each count, two in-memory lm-eval tasks share these prompts (lm-eval
+    runs their requests together, so HMT builds each prompt's memory once for all five continuations): the long
+    answer is a `loglikelihood` task over the continuation `" " + long_answer` ([`harness.ContinuationTask`]:
+    perplexity over its tokens pooled over all questions, `exp(sum NLL / sum tokens)`, and bits per byte); the short
+    answer a `multiple_choice` task over `" yes"`, `" no"`, `" maybe"` ([`harness.ChoiceTask`]).
 
     Args:
         data: local file(s), a `datasets.Dataset`, or a list of `PubMedQAExample`; None loads `qiaojin/PubMedQA`.
@@ -160,7 +162,7 @@ def run_pubmedqa(
         seed: shuffle rows before grouping them (None: consecutive rows, as the reference code).
         limit: use only the first `limit` rows (as questions and as the pool of abstracts).
         template, context_separator: prompt layout (`{contexts}`, `{question}`).
-        Other arguments: see [`run_zero_shot`] and [`ContinuationScorer`].
+        Other arguments: see [`run_zero_shot`] and [`lm_for`].
 
     Returns:
         `{"metrics": {"pubmedqa/contexts_<n>/<long_answer_ppl|long_answer_bits_per_byte|short_answer_acc|
@@ -179,40 +181,76 @@ def run_pubmedqa(
     counts = [num_contexts] if isinstance(num_contexts, int) else list(num_contexts)
     if not counts:
         raise ValueError("num_contexts is empty; give a count such as 2 or a list such as range(2, 11).")
-    scorer = ContinuationScorer(
-        model,
-        tokenizer,
-        batch_size=batch_size,
-        max_length=max_length,
-        prepend_bos=prepend_bos,
-        share_context_memory=share_context_memory,
-        model_kwargs=model_kwargs,
-        progress=progress,
+    fused = {count: fuse_contexts(len(examples), count, seed) for count in counts}
+
+    from ..lm_eval_backend import encode_request, lm_for
+    from .harness import (
+        ChoiceTask,
+        ContinuationTask,
+        evaluate_tasks,
+        lm_settings,
+        training_mode_kept,
+        truncated_requests,
     )
-    settings = scorer_settings(scorer)
-    results = {"metrics": {}, "records": [], "contexts": {}, "settings": settings}
+
+    with training_mode_kept(model):
+        lm = lm_for(
+            model,
+            tokenizer,
+            batch_size=batch_size,
+            max_length=max_length,
+            prepend_bos=prepend_bos,
+            share_context_memory=share_context_memory,
+            model_kwargs=model_kwargs,
+            progress=progress,
+        )
+        prompts, harness_tasks = {}, []
+        for count, questions in fused.items():
+            prompts[count] = [pubmedqa_prompt(examples, q, template, context_separator) for q in questions]
+            long_docs = [
+                {"context": prompt, "continuation": " " + examples[question.row].long_answer}
+                for prompt, question in zip(prompts[count], questions)
+            ]
+            short_docs = [
+                {
+                    "context": prompt,
+                    "choices": list(PUBMEDQA_DECISIONS),
+                    "label": PUBMEDQA_DECISIONS.index(examples[question.row].final_decision),
+                }
+                for prompt, question in zip(prompts[count], questions)
+            ]
+            harness_tasks += [
+                ContinuationTask(f"{metric_prefix}_contexts_{count}_long_answer", long_docs, lm),
+                ChoiceTask(f"{metric_prefix}_contexts_{count}_short_answer", short_docs, lm),
+            ]
+        outcomes = evaluate_tasks(lm, harness_tasks)
+    settings = lm_settings(lm)
     settings.update(
         rows_available=available, rows_used=len(examples), seed=seed, template=template, fusion="groups (fuse_size)"
     )
-    for count in counts:
-        questions = fuse_contexts(len(examples), count, seed)
-        prompts = [pubmedqa_prompt(examples, question, template, context_separator) for question in questions]
-        requests = []
-        for prompt, question in zip(prompts, questions):
-            example = examples[question.row]
-            requests.append((prompt, " " + example.long_answer))
-            requests += [(prompt, " " + decision) for decision in PUBMEDQA_DECISIONS]
-        scores = scorer.score(requests, desc=f"pubmedqa {count} contexts")
+    results = {"metrics": {}, "records": [], "contexts": {}, "settings": settings}
+    units = {
+        "long_answer_ppl": "perplexity",
+        "long_answer_bits_per_byte": "bits/byte",
+        "short_answer_acc": "fraction",
+        "short_answer_acc_norm": "fraction",
+        "prompt_tokens_mean": "tokens",
+    }
+    for count, questions in fused.items():
+        long_answer = outcomes[f"{metric_prefix}_contexts_{count}_long_answer"]
+        short_answer = outcomes[f"{metric_prefix}_contexts_{count}_short_answer"]
+        prompt_tokens = [len(encode_request(lm, prompt, " yes")[0]) for prompt in prompts[count]]
         results["contexts"][count] = outcome = _pubmedqa_outcome(
-            examples, questions, prompts, scores, scorer, return_predictions
+            examples, questions, long_answer, short_answer, prompt_tokens, return_predictions
         )
-        units = {
-            "long_answer_ppl": "perplexity",
-            "long_answer_bits_per_byte": "bits/byte",
-            "short_answer_acc": "fraction",
-            "short_answer_acc_norm": "fraction",
-            "prompt_tokens_mean": "tokens",
-        }
+        outcome["truncated_requests"] = truncated_requests(
+            lm,
+            [
+                (prompt, " " + answer)
+                for prompt, question in zip(prompts[count], questions)
+                for answer in (examples[question.row].long_answer, *PUBMEDQA_DECISIONS)
+            ],
+        )
         for metric, unit in units.items():
             add_metric(
                 results,
@@ -230,52 +268,34 @@ def run_pubmedqa(
     return results
 
 
-def _pubmedqa_outcome(examples, questions, prompts, scores, scorer, return_predictions) -> dict:
-    stride = 1 + len(PUBMEDQA_DECISIONS)
-    nll = tokens = answer_bytes = 0.0
-    correct = {metric: 0 for metric in NORMALISATIONS}
-    predictions = []
-    for number, question in enumerate(questions):
-        example = examples[question.row]
-        long_score, *choice_scores = scores[number * stride : (number + 1) * stride]
-        nll -= long_score.logprob
-        tokens += long_score.num_tokens
-        answer_bytes += len((" " + example.long_answer).encode("utf-8"))
-        label = PUBMEDQA_DECISIONS.index(example.final_decision)
-        chosen = choose(MultipleChoiceExample(prompts[number], list(PUBMEDQA_DECISIONS), label), choice_scores)
-        for metric, index in chosen.items():
-            correct[metric] += index == label
-        if return_predictions:
-            predictions.append(
-                {
-                    "row": question.row,
-                    "context_rows": list(question.context_rows),
-                    "filler_rows": list(question.filler_rows),
-                    "long_answer_logprob": long_score.logprob,
-                    "long_answer_tokens": long_score.num_tokens,
-                    "label": label,
-                    "prediction_acc": chosen["acc"],
-                    "choice_logprobs": [score.logprob for score in choice_scores],
-                }
-            )
-    prompt_tokens = [len(scorer.encode_pair(prompt, " yes")[0]) for prompt in prompts]
+def _pubmedqa_outcome(examples, questions, long_answer, short_answer, prompt_tokens, return_predictions) -> dict:
+    """One count's numbers from its two lm-eval tasks' `(metrics, samples)`."""
+    (long_metrics, long_samples), (short_metrics, short_samples) = long_answer, short_answer
     total = len(questions)
     outcome = {
-        "long_answer_ppl": math.exp(nll / tokens),
-        "long_answer_nll_per_token": nll / tokens,
-        "long_answer_bits_per_byte": nll / math.log(2) / answer_bytes,
-        "long_answer_tokens": int(tokens),
-        "short_answer_acc": correct["acc"] / total,
-        "short_answer_acc_norm": correct["acc_norm"] / total,
-        "short_answer_acc_per_token": correct["acc_per_token"] / total,
-        "short_answer_acc_per_byte": correct["acc_per_byte"] / total,
+        "long_answer_ppl": long_metrics["token_perplexity"],
+        "long_answer_nll_per_token": math.log(long_metrics["token_perplexity"]),
+        "long_answer_bits_per_byte": long_metrics["bits_per_byte"],
+        "long_answer_tokens": int(long_metrics["tokens"]),
+        **{f"short_answer_{metric}": short_metrics[name] for metric, name in LM_EVAL_METRICS.items()},
         "num_questions": total,
         "questions_with_filler_contexts": sum(bool(question.filler_rows) for question in questions),
         "prompt_tokens_mean": sum(prompt_tokens) / total,
         "prompt_tokens_max": max(prompt_tokens),
         "label_counts": {d: sum(examples[q.row].final_decision == d for q in questions) for d in PUBMEDQA_DECISIONS},
-        "truncated_requests": sum(score.truncated_tokens > 0 for score in scores),
     }
     if return_predictions:
-        outcome["predictions"] = predictions
+        outcome["predictions"] = [
+            {
+                "row": question.row,
+                "context_rows": list(question.context_rows),
+                "filler_rows": list(question.filler_rows),
+                "long_answer_logprob": long_sample["filtered_resps"][0][0],
+                "long_answer_tokens": long_sample["tokens"],
+                "label": short_sample["doc"]["label"],
+                **{metric: short_sample[name] for metric, name in LM_EVAL_METRICS.items()},
+                "choice_logprobs": [logprob for logprob, _ in short_sample["filtered_resps"]],
+            }
+            for question, long_sample, short_sample in zip(questions, long_samples, short_samples)
+        ]
     return outcome
