@@ -81,6 +81,7 @@ def create_model_card(
         retrieval_mode=config.retrieval_mode,
         attention_sink=config.attention_sink,
         normalize_memory=config.normalize_memory,
+        memory_readout=config.memory_readout,
         memory_parameters=f"{overhead['memory_parameters']:,}",
         memory_percent=f"{overhead['overhead_percent']:.2f}",
         training_text=training_text or "Not documented: the memory parameters may be untrained.",
