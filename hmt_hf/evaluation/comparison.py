@@ -186,9 +186,12 @@ def attention_to_first_positions(model, sample: torch.Tensor, segment: int) -> d
         for name, (inputs, first_token) in layouts.items():
             out = backbone(inputs_embeds=inputs[None], output_attentions=True)
             attention = torch.stack(out.attentions)[:, 0, :, first_token : first_token + length]  # layers, heads, q, k
+            per_head = attention[..., 1].mean(-1)  # layers, heads
             result[name] = {
                 "position_0": round(attention[..., 0].mean().item(), 4),
                 "position_1": round(attention[..., 1].mean().item(), 4),
+                "position_1_top_head": round(per_head.max().item(), 4),
+                "position_1_top_head_index": list(divmod(int(per_head.argmax()), per_head.shape[1])),
                 "input_norm_position_0": round(inputs[0].norm().item(), 2),
             }
             if name == "hmt" and len(sensory):
@@ -388,7 +391,9 @@ def write_summary(document: dict, output: Path):
                     f"{found.get('search_temperature')}); attention of segment tokens on key "
                     f"positions 0 / 1: chunked {attention['chunked']['position_0']} / "
                     f"{attention['chunked']['position_1']}, HMT {attention['hmt']['position_0']} / "
-                    f"{attention['hmt']['position_1']} (input norm at position 0: "
+                    f"{attention['hmt']['position_1']} (strongest head on position 1: chunked "
+                    f"{attention['chunked'].get('position_1_top_head')}, HMT {attention['hmt'].get('position_1_top_head')}"
+                    f"; input norm at position 0: "
                     f"{attention['hmt']['input_norm_position_0']}; one sensory-memory token gets "
                     f"{attention['hmt'].get('sensory_token_mean')}).",
                     "",
